@@ -1,0 +1,156 @@
+// core/dtype.h — element types, their C++ types, and dispatch over them.
+//
+// One enum names every dtype; `dispatch` turns a runtime DType into a
+// compile-time C++ type once, so kernels are templates over `T` and the
+// switch lives in exactly one place. `opmath_t<T>` is the type arithmetic on
+// T happens in (STYLE.md §2): f16/bf16 compute in f32 and round once.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <type_traits>
+
+#include <mixtape/core/error.h>
+#include <mixtape/core/half.h>
+#include <mixtape/core/macros.h>
+
+namespace mixtape {
+
+enum class DType : uint8_t { kF64, kF32, kF16, kBF16, kI64, kI32, kU8, kBool };
+
+inline constexpr DType kF64 = DType::kF64;
+inline constexpr DType kF32 = DType::kF32;
+inline constexpr DType kF16 = DType::kF16;
+inline constexpr DType kBF16 = DType::kBF16;
+inline constexpr DType kI64 = DType::kI64;
+inline constexpr DType kI32 = DType::kI32;
+inline constexpr DType kU8 = DType::kU8;
+inline constexpr DType kBool = DType::kBool;
+
+inline constexpr int kNumDTypes = 8;
+
+constexpr const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF64: return "f64";
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kI64: return "i64";
+    case DType::kI32: return "i32";
+    case DType::kU8: return "u8";
+    case DType::kBool: return "bool";
+  }
+  return "?";
+}
+
+inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
+
+constexpr size_t itemsize(DType t) {
+  switch (t) {
+    case DType::kF64: case DType::kI64: return 8;
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kF16: case DType::kBF16: return 2;
+    case DType::kU8: case DType::kBool: return 1;
+  }
+  return 0;
+}
+
+constexpr bool is_floating(DType t) {
+  return t == DType::kF64 || t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+/// f16 and bf16: stored in 16 bits, computed in f32.
+constexpr bool is_reduced_float(DType t) { return t == DType::kF16 || t == DType::kBF16; }
+
+/// The dtype arithmetic on two dtypes happens in: the wider float wins, any
+/// float beats any integer, f16 with bf16 gives f32 (neither holds the other).
+constexpr DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  auto rank = [](DType t) {
+    switch (t) {
+      case DType::kBool: return 0;
+      case DType::kU8: return 1;
+      case DType::kI32: return 2;
+      case DType::kI64: return 3;
+      case DType::kF16: case DType::kBF16: return 4;
+      case DType::kF32: return 5;
+      case DType::kF64: return 6;
+    }
+    return 0;
+  };
+  if (is_reduced_float(a) && is_reduced_float(b)) return DType::kF32;
+  return rank(a) >= rank(b) ? a : b;
+}
+
+// ---- C++ type <-> DType -------------------------------------------------------
+
+template <class T> struct dtype_of;
+template <> struct dtype_of<double> { static constexpr DType value = DType::kF64; };
+template <> struct dtype_of<float> { static constexpr DType value = DType::kF32; };
+template <> struct dtype_of<Half> { static constexpr DType value = DType::kF16; };
+template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::kBF16; };
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::kI64; };
+template <> struct dtype_of<int32_t> { static constexpr DType value = DType::kI32; };
+template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::kU8; };
+template <> struct dtype_of<bool> { static constexpr DType value = DType::kBool; };
+template <class T> inline constexpr DType dtype_v = dtype_of<T>::value;
+
+/// The type arithmetic on T is done in: f16/bf16 -> float, otherwise T itself.
+template <class T> struct opmath { using type = T; };
+template <> struct opmath<Half> { using type = float; };
+template <> struct opmath<BFloat16> { using type = float; };
+template <class T> using opmath_t = typename opmath<T>::type;
+
+static_assert(std::is_same_v<opmath_t<Half>, float> && std::is_same_v<opmath_t<BFloat16>, float> &&
+              std::is_same_v<opmath_t<double>, double> && std::is_same_v<opmath_t<float>, float>);
+
+/// A value carrying a type, so generic lambdas can be handed one: `[](auto tag) { using T = decltype(tag)::type; }`.
+template <class T> struct TypeTag { using type = T; };
+
+/// Calls `f(TypeTag<T>{})` for the C++ type of `t`.
+template <class F>
+decltype(auto) dispatch(DType t, F&& f) {
+  switch (t) {
+    case DType::kF64: return f(TypeTag<double>{});
+    case DType::kF32: return f(TypeTag<float>{});
+    case DType::kF16: return f(TypeTag<Half>{});
+    case DType::kBF16: return f(TypeTag<BFloat16>{});
+    case DType::kI64: return f(TypeTag<int64_t>{});
+    case DType::kI32: return f(TypeTag<int32_t>{});
+    case DType::kU8: return f(TypeTag<uint8_t>{});
+    case DType::kBool: return f(TypeTag<bool>{});
+  }
+  MT_ERROR("dispatch: unknown dtype ", static_cast<int>(t));
+}
+
+/// Like dispatch, for ops defined on floating dtypes only; `op` names the caller in the error.
+template <class F>
+decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::kF64: return f(TypeTag<double>{});
+    case DType::kF32: return f(TypeTag<float>{});
+    case DType::kF16: return f(TypeTag<Half>{});
+    case DType::kBF16: return f(TypeTag<BFloat16>{});
+    default: break;
+  }
+  MT_ERROR(op, ": expected a floating dtype (f64, f32, f16, bf16), got ", t);
+}
+
+/// Converts between any two element types the way a cast kernel does:
+/// through opmath, rounding to nearest even once for f16/bf16 targets.
+template <class To, class From>
+MT_HD inline To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+    if constexpr (std::is_same_v<From, double> || std::is_same_v<From, int64_t>)
+      return To(static_cast<double>(v));  // one rounding, straight from double
+    else
+      return To(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return static_cast<opmath_t<From>>(v) != opmath_t<From>(0);
+  } else {
+    return static_cast<To>(static_cast<opmath_t<From>>(v));
+  }
+}
+
+}  // namespace mixtape

@@ -1,0 +1,124 @@
+// core/storage.cpp — Storage, the CPU backend and the lookup of device backends.
+#include <mixtape/core/storage.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include <mixtape/core/error.h>
+#include <mixtape/core/strided_loop.h>
+#include <mixtape/core/tensor.h>
+
+namespace mixtape {
+
+#if MIXTAPE_WITH_CUDA
+// Defined by the CUDA layer (cuda/runtime.cu) in builds that have it.
+DeviceBackend& cuda_backend();
+#endif
+
+namespace {
+
+std::atomic<int64_t> g_cpu_allocated{0};
+std::atomic<int64_t> g_cpu_peak{0};
+std::atomic<int64_t> g_cpu_storages{0};
+
+constexpr size_t kCpuAlignment = 64;  // a cache line; also what AVX-512 loads like
+
+/// Copies `src` into `dst` element by element, converting types; same shape, any strides.
+template <class To, class From>
+void convert_copy(const Tensor& dst, const Tensor& src) {
+  auto L = make_strided_layout<2>(dst.shape(), {&dst.strides(), &src.strides()},
+                                  {static_cast<int64_t>(sizeof(To)), static_cast<int64_t>(sizeof(From))});
+  std::array<char*, 2> base{static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())};
+  auto run = [](const std::array<char*, 2>& p, const std::array<int64_t, 2>& s, int64_t n) {
+    char* d = p[0];
+    const char* q = p[1];
+    if (s[0] == sizeof(To) && s[1] == sizeof(From)) {
+      To* dt = reinterpret_cast<To*>(d);
+      const From* st = reinterpret_cast<const From*>(q);
+      for (int64_t i = 0; i < n; ++i) dt[i] = convert<To>(st[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i, d += s[0], q += s[1])
+        *reinterpret_cast<To*>(d) = convert<To>(*reinterpret_cast<const From*>(q));
+    }
+  };
+  const int64_t numel = L.numel;
+  constexpr int64_t kGrain = 1 << 16;
+  if (numel < 2 * kGrain) {
+    for_each_run<2>(L, base, 0, numel, run);
+    return;
+  }
+  const int64_t chunks = (numel + kGrain - 1) / kGrain;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c)
+    for_each_run<2>(L, base, c * kGrain, std::min(numel, (c + 1) * kGrain), run);
+}
+
+class CpuBackend final : public DeviceBackend {
+ public:
+  void* allocate(size_t nbytes, int) override {
+    size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+    void* p = std::aligned_alloc(kCpuAlignment, rounded == 0 ? kCpuAlignment : rounded);
+    MT_CHECK(p != nullptr, "cpu allocator: out of memory allocating ", nbytes, " bytes (",
+             g_cpu_allocated.load(), " bytes already allocated)");
+    int64_t now = g_cpu_allocated.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
+    int64_t peak = g_cpu_peak.load();
+    while (now > peak && !g_cpu_peak.compare_exchange_weak(peak, now)) {
+    }
+    ++g_cpu_storages;
+    return p;
+  }
+  void deallocate(void* ptr, size_t nbytes, int) noexcept override {
+    std::free(ptr);
+    g_cpu_allocated.fetch_sub(static_cast<int64_t>(nbytes));
+    --g_cpu_storages;
+  }
+  void copy_bytes(void* dst, Device, const void* src, Device, size_t nbytes) override {
+    if (nbytes) std::memcpy(dst, src, nbytes);
+  }
+  void copy(const Tensor& dst, const Tensor& src) override {
+    dispatch(dst.dtype(), [&](auto to) {
+      dispatch(src.dtype(), [&](auto from) {
+        convert_copy<typename decltype(to)::type, typename decltype(from)::type>(dst, src);
+      });
+    });
+  }
+  void fill(const Tensor& dst, double value) override {
+    // A one-element f64 source broadcast over dst: the cast rules of copy apply.
+    Tensor v = empty(Shape{}, TensorOptions(DType::kF64));
+    *v.data<double>() = value;
+    copy(dst, v.expand(dst.shape()));
+  }
+  int device_count() const noexcept override { return 1; }
+  void synchronize(int) override {}
+};
+
+}  // namespace
+
+DeviceBackend& backend(Device device) {
+  static CpuBackend cpu;
+  if (device.is_cpu()) return cpu;
+#if MIXTAPE_WITH_CUDA
+  DeviceBackend& cuda = cuda_backend();
+  int count = cuda.device_count();
+  MT_CHECK(count > 0, "device ", device, ": no CUDA device is available (no driver or no GPU)");
+  MT_CHECK(device.index >= 0 && device.index < count, "device ", device, ": CUDA device index out of range (",
+           count, " device", count == 1 ? "" : "s", " present)");
+  return cuda;
+#else
+  MT_ERROR("device ", device, ": mixtape was built without CUDA (configure with -DMIXTAPE_CUDA=ON on a machine with nvcc)");
+#endif
+}
+
+CpuMemoryStats cpu_memory_stats() { return {g_cpu_allocated.load(), g_cpu_peak.load(), g_cpu_storages.load()}; }
+void reset_cpu_peak_memory() { g_cpu_peak.store(g_cpu_allocated.load()); }
+
+Storage::Storage(size_t nbytes, Device device) : m_nbytes(nbytes), m_device(device) {
+  m_backend = &backend(device);
+  m_data = m_backend->allocate(nbytes, device.index);
+}
+
+Storage::~Storage() { m_backend->deallocate(m_data, m_nbytes, m_device.index); }
+
+}  // namespace mixtape

@@ -1,0 +1,453 @@
+// core/tensor.cpp — Tensor metadata, views, copies and element access.
+//
+// Views only compute shape/strides/offset over the same storage; every copy
+// goes through the device backend's `copy`, which also converts dtypes.
+#include <mixtape/core/tensor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <optional>
+
+namespace mixtape {
+
+namespace {
+
+Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
+/// Resolves one -1 in `shape` against `numel`; throws naming `op` when impossible.
+Shape infer_size(const Shape& shape, int64_t numel, const char* op) {
+  Shape out = shape;
+  int64_t known = 1, infer = -1;
+  for (int64_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      MT_CHECK(infer < 0, op, ": only one dimension can be inferred (shape ", shape, ")");
+      infer = i;
+    } else {
+      MT_CHECK(shape[i] >= 0, op, ": invalid size ", shape[i], " at dim ", i, " (shape ", shape, ")");
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    MT_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape, " is invalid for input of size ", numel);
+    out[infer] = numel / known;
+  } else {
+    MT_CHECK(known == numel, op, ": shape ", shape, " is invalid for input of size ", numel);
+  }
+  return out;
+}
+
+/// Strides that let `new_shape` view memory laid out as (old_shape, old_strides), if any.
+std::optional<Shape> view_strides(const Shape& old_shape_in, const Shape& old_strides_in, const Shape& new_shape) {
+  Shape old_shape = old_shape_in, old_strides = old_strides_in;
+  if (old_shape.empty()) old_shape = {1}, old_strides = {1};
+  Shape new_strides = Shape::filled(new_shape.size(), 1);
+  if (old_shape.numel() == 0) return contiguous_strides(new_shape);
+  int64_t view_d = new_shape.size() - 1;
+  int64_t chunk_base_stride = old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = old_shape.size() - 1; d >= 0; --d) {
+    tensor_numel *= old_shape[d];
+    // A chunk of dims ends where memory stops being contiguous.
+    if (d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
+        new_strides[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = old_strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return new_strides;
+}
+
+template <class T>
+T read_element(const Tensor& cpu_tensor, int64_t element_offset) {
+  return dispatch(cpu_tensor.dtype(), [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    S v;
+    std::memcpy(&v, static_cast<const char*>(cpu_tensor.storage()->data()) + element_offset * sizeof(S), sizeof(S));
+    return convert<T>(v);
+  });
+}
+
+}  // namespace
+
+// ---- metadata ---------------------------------------------------------------------
+
+int64_t Tensor::size(int64_t dim) const { return shape()[wrap_dim(dim, this->dim(), "size", shape())]; }
+int64_t Tensor::stride(int64_t dim) const { return strides()[wrap_dim(dim, this->dim(), "stride", shape())]; }
+
+bool Tensor::is_contiguous() const {
+  const Shape& sh = shape();
+  const Shape& st = strides();
+  if (sh.numel() == 0) return true;
+  int64_t expected = 1;
+  for (int64_t i = sh.size() - 1; i >= 0; --i) {
+    if (sh[i] == 1) continue;
+    if (st[i] != expected) return false;
+    expected *= sh[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  const TensorImpl& t = checked();
+  return static_cast<char*>(t.storage->data()) + t.offset * static_cast<int64_t>(mixtape::itemsize(t.dtype));
+}
+
+// ---- views ------------------------------------------------------------------------
+
+Tensor Tensor::view(const Shape& shape_in) const {
+  Shape shape = infer_size(shape_in, numel(), "view");
+  auto strides = view_strides(this->shape(), this->strides(), shape);
+  MT_CHECK(strides.has_value(), "view: size ", shape, " is not compatible with input of shape ", this->shape(),
+           " and strides ", this->strides(), " (at least one dim spans two contiguous subspaces); use reshape");
+  return make_view(*this, shape, *strides, storage_offset());
+}
+
+Tensor Tensor::reshape(const Shape& shape_in) const {
+  Shape shape = infer_size(shape_in, numel(), "reshape");
+  if (auto strides = view_strides(this->shape(), this->strides(), shape))
+    return make_view(*this, shape, *strides, storage_offset());
+  return contiguous().view(shape);
+}
+
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  if (dim() == 0) return reshape({1});
+  int64_t s = wrap_dim(start_dim, dim(), "flatten", shape());
+  int64_t e = wrap_dim(end_dim, dim(), "flatten", shape());
+  MT_CHECK(s <= e, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim, " (shape ", shape(), ")");
+  Shape out;
+  for (int64_t i = 0; i < s; ++i) out.push_back(size(i));
+  int64_t merged = 1;
+  for (int64_t i = s; i <= e; ++i) merged *= size(i);
+  out.push_back(merged);
+  for (int64_t i = e + 1; i < dim(); ++i) out.push_back(size(i));
+  return reshape(out);
+}
+
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  if (dim() == 0) return *this;
+  int64_t a = wrap_dim(dim0, dim(), "transpose", shape());
+  int64_t b = wrap_dim(dim1, dim(), "transpose", shape());
+  Shape sh = shape(), st = strides();
+  std::swap(sh[a], sh[b]);
+  std::swap(st[a], st[b]);
+  return make_view(*this, sh, st, storage_offset());
+}
+
+Tensor Tensor::t() const {
+  MT_CHECK(dim() <= 2, "t: expects a tensor with <= 2 dims, got shape ", shape(), "; use transpose(dim0, dim1)");
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+
+Tensor Tensor::permute(const Shape& dims) const {
+  MT_CHECK(dims.size() == dim(), "permute: got ", dims.size(), " dims ", dims, " for a tensor of shape ", shape());
+  Shape sh, st;
+  bool seen[Shape::kMaxDims] = {};
+  for (int64_t i = 0; i < dims.size(); ++i) {
+    int64_t d = wrap_dim(dims[i], dim(), "permute", shape());
+    MT_CHECK(!seen[d], "permute: dim ", d, " repeats in ", dims, " (shape ", shape(), ")");
+    seen[d] = true;
+    sh.push_back(size(d));
+    st.push_back(stride(d));
+  }
+  return make_view(*this, sh, st, storage_offset());
+}
+
+Tensor Tensor::slice(int64_t dim_in, int64_t start, int64_t end, int64_t step) const {
+  int64_t d = wrap_dim(dim_in, dim(), "slice", shape());
+  MT_CHECK(step > 0, "slice: step must be positive, got ", step, " (shape ", shape(), ")");
+  int64_t n = size(d);
+  auto clamp = [n](int64_t i) { return std::clamp(i < 0 ? i + n : i, int64_t{0}, n); };
+  start = clamp(start);
+  end = std::max(clamp(end), start);
+  Shape sh = shape(), st = strides();
+  sh[d] = (end - start + step - 1) / step;
+  st[d] *= step;
+  return make_view(*this, sh, st, storage_offset() + start * stride(d));
+}
+
+Tensor Tensor::narrow(int64_t dim_in, int64_t start, int64_t length) const {
+  int64_t d = wrap_dim(dim_in, dim(), "narrow", shape());
+  int64_t n = size(d);
+  if (start < 0) start += n;
+  MT_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start, " and length ", length,
+           " exceed dim ", d, " of size ", n, " (shape ", shape(), ")");
+  return slice(d, start, start + length);
+}
+
+Tensor Tensor::select(int64_t dim_in, int64_t index) const {
+  int64_t d = wrap_dim(dim_in, dim(), "select", shape());
+  int64_t n = size(d);
+  MT_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d, " of size ", n,
+           " (shape ", shape(), ")");
+  if (index < 0) index += n;
+  Shape sh = shape(), st = strides();
+  int64_t offset = storage_offset() + index * st[d];
+  sh.erase(d);
+  st.erase(d);
+  return make_view(*this, sh, st, offset);
+}
+
+Tensor Tensor::expand(const Shape& target) const {
+  MT_CHECK(target.size() >= dim(), "expand: the target shape ", target, " has fewer dims than the tensor's shape ",
+           shape());
+  Shape sh = Shape::filled(target.size(), 0), st = Shape::filled(target.size(), 0);
+  int64_t lead = target.size() - dim();
+  for (int64_t i = 0; i < target.size(); ++i) {
+    if (i < lead) {
+      MT_CHECK(target[i] >= 0, "expand: size -1 is not allowed in a new leading dim (target ", target, ")");
+      sh[i] = target[i];
+      st[i] = 0;
+      continue;
+    }
+    int64_t have = size(i - lead);
+    int64_t want = target[i] == -1 ? have : target[i];
+    MT_CHECK(have == want || have == 1, "expand: the size of dim ", i - lead, " (", have,
+             ") must match the target size ", want, " or be 1 (shape ", shape(), " to ", target, ")");
+    sh[i] = want;
+    st[i] = have == want ? stride(i - lead) : 0;
+  }
+  return make_view(*this, sh, st, storage_offset());
+}
+
+Tensor Tensor::squeeze() const {
+  Shape sh, st;
+  for (int64_t i = 0; i < dim(); ++i)
+    if (size(i) != 1) sh.push_back(size(i)), st.push_back(stride(i));
+  return make_view(*this, sh, st, storage_offset());
+}
+
+Tensor Tensor::squeeze(int64_t dim_in) const {
+  if (dim() == 0) return *this;
+  int64_t d = wrap_dim(dim_in, dim(), "squeeze", shape());
+  if (size(d) != 1) return *this;
+  Shape sh = shape(), st = strides();
+  sh.erase(d);
+  st.erase(d);
+  return make_view(*this, sh, st, storage_offset());
+}
+
+Tensor Tensor::unsqueeze(int64_t dim_in) const {
+  int64_t d = wrap_dim(dim_in, dim() + 1, "unsqueeze", shape());
+  Shape sh = shape(), st = strides();
+  int64_t stride_here = d < dim() ? st[d] * sh[d] : 1;
+  sh.insert(d, 1);
+  st.insert(d, stride_here);
+  return make_view(*this, sh, st, storage_offset());
+}
+
+Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offset) const {
+  MT_CHECK(shape.size() == strides.size(), "as_strided: shape ", shape, " and strides ", strides,
+           " differ in rank");
+  int64_t max_index = offset;
+  for (int64_t i = 0; i < shape.size(); ++i) {
+    MT_CHECK(shape[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride (shape ", shape,
+             ", strides ", strides, ")");
+    if (shape[i] == 0) max_index = -1;
+    if (max_index >= 0) max_index += (shape[i] - 1) * strides[i];
+  }
+  int64_t capacity = static_cast<int64_t>(storage()->nbytes() / itemsize());
+  MT_CHECK(offset >= 0 && max_index < capacity, "as_strided: shape ", shape, " strides ", strides, " offset ",
+           offset, " reach element ", max_index, " of a storage of ", capacity, " elements");
+  return make_view(*this, shape, strides, offset);
+}
+
+// ---- copies -----------------------------------------------------------------------
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape(), TensorOptions(dtype()).device(device()));
+  if (numel()) backend(device()).copy(out, *this);
+  return out;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == this->dtype()) return *this;
+  Tensor out = empty(shape(), TensorOptions(dtype).device(device()));
+  if (numel()) backend(device()).copy(out, *this);
+  return out;
+}
+
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return *this;
+  Tensor src = contiguous();
+  Tensor out = empty(shape(), TensorOptions(dtype()).device(device));
+  // The non-CPU side's backend knows how to move bytes across.
+  DeviceBackend& b = backend(device.is_cpu() ? this->device() : device);
+  b.copy_bytes(out.data_ptr(), device, src.data_ptr(), this->device(), nbytes());
+  return out;
+}
+
+Tensor Tensor::to(Device device, DType dtype) const {
+  // Convert where the data is smaller: narrow before moving, widen after.
+  if (mixtape::itemsize(dtype) <= itemsize()) return to(dtype).to(device);
+  return to(device).to(dtype);
+}
+
+Tensor& Tensor::copy_(const Tensor& src_in) {
+  MT_CHECK(src_in.defined(), "copy_: the source tensor is undefined");
+  Tensor src = src_in.expand(shape());
+  if (src.device() != device()) src = src.contiguous().to(device());
+  // Same storage: the source might be overwritten while it is read.
+  if (src.storage() == storage()) src = src.clone();
+  if (numel()) backend(device()).copy(*this, src);
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  if (numel()) backend(device()).fill(*this, value);
+  bump_version();
+  return *this;
+}
+
+// ---- element access -----------------------------------------------------------------
+
+template <class T>
+T Tensor::item() const {
+  MT_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements cannot be converted to a scalar (shape ",
+           shape(), ")");
+  Tensor c = device().is_cpu() ? *this : to(Device::cpu());
+  return read_element<T>(c, c.storage_offset());
+}
+
+template <class T>
+T Tensor::at(std::initializer_list<int64_t> index) const {
+  MT_CHECK(static_cast<int64_t>(index.size()) == dim(), "at: got ", index.size(), " indices for a tensor of shape ",
+           shape());
+  Tensor v = *this;
+  for (int64_t i : index) v = v.select(0, i);
+  if (!v.device().is_cpu()) v = v.to(Device::cpu());
+  return read_element<T>(v, v.storage_offset());
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = to(Device::cpu(), dtype_v<T>).contiguous();
+  std::vector<T> out(static_cast<size_t>(c.numel()));
+  if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs bits: copy one by one
+    const bool* p = static_cast<const bool*>(c.data_ptr());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  } else if (!out.empty()) {
+    std::memcpy(out.data(), c.data_ptr(), c.nbytes());
+  }
+  return out;
+}
+
+void Tensor::set(std::initializer_list<int64_t> index, double value) {
+  MT_CHECK(static_cast<int64_t>(index.size()) == dim(), "set: got ", index.size(), " indices for a tensor of shape ",
+           shape());
+  Tensor v = *this;
+  for (int64_t i : index) v = v.select(0, i);
+  v.fill_(value);
+}
+
+#define MT_INSTANTIATE_ACCESS(T)                                      \
+  template T Tensor::item<T>() const;                                 \
+  template T Tensor::at<T>(std::initializer_list<int64_t>) const;     \
+  template std::vector<T> Tensor::to_vector<T>() const;
+MT_INSTANTIATE_ACCESS(double)
+MT_INSTANTIATE_ACCESS(float)
+MT_INSTANTIATE_ACCESS(Half)
+MT_INSTANTIATE_ACCESS(BFloat16)
+MT_INSTANTIATE_ACCESS(int64_t)
+MT_INSTANTIATE_ACCESS(int32_t)
+MT_INSTANTIATE_ACCESS(uint8_t)
+MT_INSTANTIATE_ACCESS(bool)
+#undef MT_INSTANTIATE_ACCESS
+
+// ---- printing -----------------------------------------------------------------------
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "tensor(undefined)";
+  constexpr int64_t kShown = 8;
+  Tensor flat = t.reshape({-1});
+  int64_t n = std::min(flat.numel(), kShown);
+  std::vector<double> values = flat.slice(0, 0, n).to_vector<double>();
+  std::ostringstream vs;
+  vs << std::setprecision(6);
+  vs << '[';
+  for (int64_t i = 0; i < n; ++i) vs << (i ? ", " : "") << values[static_cast<size_t>(i)];
+  if (flat.numel() > kShown) vs << ", ...";
+  vs << ']';
+  return os << "tensor(" << vs.str() << ", shape=" << t.shape() << ", dtype=" << t.dtype()
+            << ", device=" << t.device() << ")";
+}
+
+// ---- factories ----------------------------------------------------------------------
+
+Tensor empty(const Shape& shape, TensorOptions options) {
+  for (int64_t i = 0; i < shape.size(); ++i)
+    MT_CHECK(shape[i] >= 0, "empty: negative size ", shape[i], " at dim ", i, " (shape ", shape, ")");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * itemsize(options.dtype()),
+                                            options.device());
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = options.dtype();
+  return Tensor(std::move(impl));
+}
+
+Tensor full(const Shape& shape, double value, TensorOptions options) { return empty(shape, options).fill_(value); }
+Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
+Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
+Tensor scalar_tensor(double value, TensorOptions options) { return full(Shape{}, value, options); }
+
+Tensor arange(int64_t end, TensorOptions options) { return arange(0.0, static_cast<double>(end), 1.0, options); }
+
+Tensor arange(double start, double end, double step, TensorOptions options) {
+  MT_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+           "arange: invalid range start=", start, " end=", end, " step=", step);
+  MT_CHECK((end - start) / step >= 0, "arange: step ", step, " does not lead from ", start, " to ", end);
+  auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  std::vector<double> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = start + static_cast<double>(i) * step;
+  return from_vector(values, Shape{n}, options);
+}
+
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options) {
+  MT_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ", values.size(),
+           " values do not fill shape ", shape, " (", shape.numel(), " elements)");
+  Tensor host = empty(shape, TensorOptions(dtype_v<T>));
+  if constexpr (std::is_same_v<T, bool>) {
+    auto* p = static_cast<bool*>(host.data_ptr());
+    for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  } else if (!values.empty()) {
+    std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
+  }
+  return host.to(options.device(), options.dtype());
+}
+
+template Tensor from_vector(const std::vector<double>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<float>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<Half>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<BFloat16>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<int64_t>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<int32_t>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<uint8_t>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<bool>&, const Shape&, TensorOptions);
+
+}  // namespace mixtape

@@ -1,0 +1,186 @@
+// core/tensor.h — Tensor: a reference-counted handle to a strided view of storage.
+//
+// Tensor has the value semantics of torch::Tensor: copying the handle shares
+// the data; views (reshape, transpose, slice, expand, ...) share storage and
+// differ only in shape, strides and offset. Everything else in mixtape takes
+// and returns Tensors.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <ostream>
+#include <span>
+#include <vector>
+
+#include <mixtape/core/device.h>
+#include <mixtape/core/dtype.h>
+#include <mixtape/core/error.h>
+#include <mixtape/core/shape.h>
+#include <mixtape/core/storage.h>
+
+namespace mixtape {
+
+/// Autograd state of a tensor; defined by the autograd layer, opaque to core.
+struct AutogradMeta;
+
+/// Options for the factories: dtype and device. Converts from a
+/// DType or a Device, so `zeros({2, 3}, kF16)` and `zeros({2, 3}, Device::cuda())` read naturally.
+class TensorOptions {
+ public:
+  TensorOptions() = default;
+  TensorOptions(DType dtype) : m_dtype(dtype) {}     // NOLINT: implicit on purpose
+  TensorOptions(Device device) : m_device(device) {}  // NOLINT: implicit on purpose
+
+  TensorOptions dtype(DType d) const { auto o = *this; o.m_dtype = d; return o; }
+  TensorOptions device(Device d) const { auto o = *this; o.m_device = d; return o; }
+
+  DType dtype() const { return m_dtype; }
+  Device device() const { return m_device; }
+
+ private:
+  DType m_dtype = DType::kF32;
+  Device m_device = Device::cpu();
+};
+
+/// The state behind a Tensor handle. Shared by handle copies; views get their own.
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;      // sizes, outermost first
+  Shape strides;    // in elements; 0 along broadcast (expanded) dims
+  int64_t offset = 0;  // in elements, from storage->data()
+  DType dtype = DType::kF32;
+  std::shared_ptr<AutogradMeta> autograd;  // null until autograd touches the tensor
+};
+
+class Tensor {
+ public:
+  /// An undefined tensor (like a default torch::Tensor): only `defined()` and assignment are valid.
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : m_impl(std::move(impl)) {}
+
+  bool defined() const { return m_impl != nullptr; }
+  TensorImpl* impl() const { return m_impl.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return m_impl; }
+  /// True when both handles refer to the same TensorImpl.
+  bool is_same(const Tensor& other) const { return m_impl == other.m_impl; }
+
+  // ---- metadata -------------------------------------------------------------
+  const Shape& shape() const { return checked().shape; }
+  const Shape& sizes() const { return shape(); }
+  const Shape& strides() const { return checked().strides; }
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return shape().size(); }
+  int64_t numel() const { return shape().numel(); }
+  DType dtype() const { return checked().dtype; }
+  Device device() const { return checked().storage->device(); }
+  int64_t storage_offset() const { return checked().offset; }
+  size_t itemsize() const { return mixtape::itemsize(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(); }
+  bool is_contiguous() const;
+  bool is_cuda() const { return device().is_cuda(); }
+  const std::shared_ptr<Storage>& storage() const { return checked().storage; }
+
+  /// Address of the first element (storage data + offset).
+  void* data_ptr() const;
+  /// Typed pointer to the first element; throws unless T is this tensor's dtype.
+  template <class T> T* data() const {
+    MT_CHECK(dtype_v<T> == dtype(), "Tensor::data: requested ", dtype_v<T>, " from a tensor of dtype ", dtype());
+    return static_cast<T*>(data_ptr());
+  }
+
+  // ---- views (share storage) -------------------------------------------------
+  /// A view with `shape` (one dim may be -1); throws when the strides do not allow it.
+  Tensor view(const Shape& shape) const;
+  /// A view when the strides allow it, a contiguous copy otherwise.
+  Tensor reshape(const Shape& shape) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  /// Transpose of a 2-D tensor (0-D and 1-D tensors are returned as they are, like PyTorch).
+  Tensor t() const;
+  Tensor permute(const Shape& dims) const;
+  /// Elements start, start+step, ... < end along `dim`; start/end are clamped like Python slices.
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  /// `length` elements from `start` along `dim`; throws when out of range.
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  /// The sub-tensor at `index` along `dim`, with that dim removed.
+  Tensor select(int64_t dim, int64_t index) const;
+  /// Broadcasts size-1 dims to `shape` with stride 0 (-1 keeps a size); no copy.
+  Tensor expand(const Shape& shape) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  /// A view with new shape/strides/offset over the same storage (bounds-checked).
+  Tensor as_strided(const Shape& shape, const Shape& strides, int64_t offset) const;
+
+  // ---- copies -----------------------------------------------------------------
+  /// This tensor if contiguous, else a contiguous copy.
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+  Tensor to(Device device, DType dtype) const;
+  Tensor cpu() const { return to(Device::cpu()); }
+  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  /// Copies `src` (broadcast to this shape, any dtype or device) into this tensor. Overwrites.
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(double value);
+  Tensor& zero_() { return fill_(0.0); }
+
+  // ---- element access (for tests and small tools: each call may copy to the CPU) ----
+  /// The value of a one-element tensor, converted to T.
+  template <class T> T item() const;
+  /// The element at `index` (one entry per dim, negative counts from the end), converted to T.
+  template <class T> T at(std::initializer_list<int64_t> index) const;
+  /// All elements in row-major order, converted to T.
+  template <class T> std::vector<T> to_vector() const;
+  /// Sets the element at `index` to `value` converted to this tensor's dtype.
+  void set(std::initializer_list<int64_t> index, double value);
+
+  // ---- in-place bookkeeping ---------------------------------------------------
+  /// Version of the storage: bumped by every in-place write (copy_, fill_, set, ...).
+  uint64_t version() const { return storage()->version(); }
+  void bump_version() const { storage()->bump_version(); }
+
+ private:
+  const TensorImpl& checked() const {
+    MT_CHECK(m_impl != nullptr, "Tensor: operation on an undefined tensor");
+    return *m_impl;
+  }
+  double element_as_double(std::initializer_list<int64_t> index, const char* op) const;
+
+  std::shared_ptr<TensorImpl> m_impl;
+};
+
+/// Prints shape, dtype, device and the leading values: `tensor([0.5, 1, ...], shape=[2, 3], dtype=f32, device=cpu)`.
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// ---- factories ------------------------------------------------------------------
+
+/// Uninitialised memory of `shape`.
+Tensor empty(const Shape& shape, TensorOptions options = {});
+Tensor zeros(const Shape& shape, TensorOptions options = {});
+Tensor ones(const Shape& shape, TensorOptions options = {});
+Tensor full(const Shape& shape, double value, TensorOptions options = {});
+Tensor empty_like(const Tensor& t);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+/// 0, 1, ..., end-1 (default dtype i64, like torch.arange with integer bounds).
+Tensor arange(int64_t end, TensorOptions options = TensorOptions(DType::kI64));
+/// start, start+step, ... < end.
+Tensor arange(double start, double end, double step = 1.0, TensorOptions options = {});
+/// A tensor holding `values` (converted to the options' dtype) with `shape` (default: 1-D).
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options = TensorOptions(dtype_v<T>));
+template <class T>
+Tensor from_vector(const std::vector<T>& values) { return from_vector(values, Shape{static_cast<int64_t>(values.size())}); }
+/// A 1-D tensor from a list: `tensor({1.f, 2.f, 3.f})`; dtype follows T unless given.
+template <class T>
+Tensor tensor(std::initializer_list<T> values, TensorOptions options = TensorOptions(dtype_v<T>)) {
+  return from_vector(std::vector<T>(values), Shape{static_cast<int64_t>(values.size())}, options);
+}
+/// A 0-D tensor.
+Tensor scalar_tensor(double value, TensorOptions options = {});
+
+}  // namespace mixtape

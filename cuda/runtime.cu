@@ -1,0 +1,382 @@
+// cuda/runtime.cu — the CUDA device backend (memory, copies, casts, fills) and the mixtape::cuda queries.
+//
+// The one design idea: every device-side copy, cast and fill is one small
+// strided kernel over int64 indices. The host coalesces the operands' dims
+// once (core/strided_loop.h, the same rule the CPU loops use) and passes
+// sizes and byte strides by value; the kernel maps a linear index to byte
+// offsets, so transposes, slices with steps and 0-stride broadcasts need no
+// special cases, and dense operands take a typed fast path. Values go
+// through `mixtape::convert`, the very function the CPU backend uses, so a
+// cast gives the same bits on both backends.
+//
+// Everything runs on the legacy default stream and the copies to and from the
+// host are synchronous cudaMemcpy for now: streams, pinned staging buffers and
+// async copies, and the caching allocator, belong to the CUDA backend issue.
+#include <mixtape/cuda/runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include <mixtape/core/dtype.h>
+#include <mixtape/core/error.h>
+#include <mixtape/core/shape.h>
+#include <mixtape/core/storage.h>
+#include <mixtape/core/strided_loop.h>
+#include <mixtape/core/tensor.h>
+#include <mixtape/cuda/check.h>
+
+namespace mixtape {
+
+// Core's hook for the CUDA backend (declared in core/storage.cpp's MIXTAPE_WITH_CUDA branch).
+DeviceBackend& cuda_backend();
+
+namespace cuda {
+namespace {
+
+// ---- probing: is there a driver and a device? ------------------------------------------
+
+struct Probe {
+  int count = 0;                   // visible devices; 0 when the runtime could not start
+  cudaError_t error = cudaSuccess;  // why, when it could not
+};
+
+/// Asks the runtime once per process: the set of visible devices is fixed when the runtime starts, and every
+/// Storage allocation asks (core's backend() checks the device index).
+const Probe& probe() noexcept {
+  static const Probe p = [] {
+    Probe r;
+    r.error = cudaGetDeviceCount(&r.count);
+    if (r.error != cudaSuccess) {
+      r.count = 0;
+      (void)cudaGetLastError();  // no driver / no device must not read as the failure of a later launch
+    }
+    return r;
+  }();
+  return p;
+}
+
+void require_available(const char* op) {
+  MT_CHECK(probe().count > 0, op, ": CUDA is unavailable (", unavailable_reason(), ")");
+}
+
+void require_device(int device, const char* op) {
+  require_available(op);
+  MT_CHECK(device >= 0 && device < probe().count, op, ": CUDA device index ", device, " is out of range (",
+           probe().count, " device", probe().count == 1 ? "" : "s", " present)");
+}
+
+}  // namespace
+
+bool is_available() noexcept { return probe().count > 0; }
+
+int device_count() noexcept { return probe().count; }
+
+std::string unavailable_reason() {
+  const Probe& p = probe();
+  if (p.count > 0) return {};
+  switch (p.error) {
+    case cudaSuccess:
+    case cudaErrorNoDevice:
+      return "no CUDA device";
+    case cudaErrorInsufficientDriver:
+    case cudaErrorStubLibrary:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice:
+      return std::string("no usable CUDA driver: ") + cudaGetErrorString(p.error);
+    default:
+      return std::string("the CUDA runtime failed to start: ") + cudaGetErrorName(p.error) + ": " +
+             cudaGetErrorString(p.error);
+  }
+}
+
+DeviceProperties device_properties(int device) {
+  require_device(device, "cuda::device_properties");
+  cudaDeviceProp p{};
+  MT_CUDA_CHECK(cudaGetDeviceProperties(&p, device), "cuda::device_properties(", device, ")");
+  DeviceProperties out;
+  out.name = p.name;
+  out.major = p.major;
+  out.minor = p.minor;
+  out.multiprocessor_count = p.multiProcessorCount;
+  out.total_memory = p.totalGlobalMem;
+  out.shared_memory_per_block_optin = p.sharedMemPerBlockOptin;
+  out.l2_cache_bytes = static_cast<size_t>(p.l2CacheSize);
+  return out;
+}
+
+void synchronize() {
+  require_available("cuda::synchronize");
+  int device = -1;
+  MT_CUDA_CHECK(cudaGetDevice(&device), "cuda::synchronize: querying the current device");
+  MT_CUDA_CHECK(cudaDeviceSynchronize(), "cuda::synchronize on cuda:", device);
+}
+
+void set_device(int device) {
+  require_device(device, "cuda::set_device");
+  MT_CUDA_CHECK(cudaSetDevice(device), "cuda::set_device(", device, ")");
+}
+
+int current_device() {
+  require_available("cuda::current_device");
+  int device = -1;
+  MT_CUDA_CHECK(cudaGetDevice(&device), "cuda::current_device");
+  return device;
+}
+
+namespace {
+
+// ---- device selection ------------------------------------------------------------------
+
+/// Makes `device` current for a scope and restores the caller's device after, so that a call on cuda:1 leaves
+/// a thread that was working on cuda:0 where it was.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : m_target(device) {
+    MT_CUDA_CHECK(cudaGetDevice(&m_previous), "cuda: querying the current device");
+    if (m_previous != m_target) MT_CUDA_CHECK(cudaSetDevice(m_target), "cuda: selecting cuda:", m_target);
+  }
+  ~DeviceGuard() {
+    if (m_previous != m_target && cudaSetDevice(m_previous) != cudaSuccess) (void)cudaGetLastError();
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int m_target;
+  int m_previous = -1;
+};
+
+constexpr int kMaxDevices = 64;
+
+/// Streaming multiprocessors of `device`, queried once per device (launch configuration asks on every launch).
+int multiprocessor_count(int device) {
+  static std::array<std::atomic<int>, kMaxDevices> cache{};  // 0: not queried yet
+  const bool cacheable = device >= 0 && device < kMaxDevices;
+  if (cacheable) {
+    if (int n = cache[device].load(std::memory_order_relaxed)) return n;
+  }
+  int n = 0;
+  MT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
+                "cuda: querying the multiprocessor count of cuda:", device);
+  if (cacheable) cache[device].store(n, std::memory_order_relaxed);
+  return n;
+}
+
+// ---- the strided elementwise kernels ------------------------------------------------------
+
+constexpr int kThreads = 256;
+// 8 blocks of 256 threads fill an SM of sm_80/sm_90 (2048 resident threads); the grid-stride loop covers the rest.
+constexpr int kBlocksPerSm = 8;
+
+/// Sizes and byte strides of K operands after coalescing, passed to kernels by value (a few hundred bytes of
+/// kernel parameters, well under the 4 KiB limit).
+template <int K>
+struct KernelLayout {
+  int64_t numel;                               // > 0
+  int ndim;                                    // in [1, kMaxDims]
+  bool contiguous;                             // ndim == 1 and every operand dense: the typed fast path
+  int64_t sizes[Shape::kMaxDims];              // (ndim), innermost last
+  int64_t byte_strides[K][Shape::kMaxDims];    // (K, ndim); 0 along broadcast dims
+};
+
+template <int K>
+KernelLayout<K> kernel_layout(const Shape& shape, const std::array<const Shape*, K>& strides,
+                              const std::array<int64_t, K>& itemsizes) {
+  const StridedLayout<K> S = make_strided_layout<K>(shape, strides, itemsizes);
+  KernelLayout<K> L{};
+  L.numel = S.numel;
+  L.ndim = S.ndim;
+  L.contiguous = S.ndim == 1;
+  for (int d = 0; d < S.ndim; ++d) L.sizes[d] = S.sizes[d];
+  for (int k = 0; k < K; ++k) {
+    for (int d = 0; d < S.ndim; ++d) L.byte_strides[k][d] = S.byte_strides[k][d];
+    L.contiguous = L.contiguous && S.byte_strides[k][0] == itemsizes[k];
+  }
+  return L;
+}
+
+/// Byte offset of element `i` (row-major over the coalesced shape) in each operand. The loop is unrolled over
+/// kMaxDims with a uniform guard, so the sizes and strides are read with constant indices from the parameter
+/// bank; a 1-D layout costs one multiply per operand.
+template <int K>
+__device__ __forceinline__ void element_offsets(const KernelLayout<K>& L, int64_t i, int64_t (&off)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) off[k] = 0;
+#pragma unroll
+  for (int d = Shape::kMaxDims - 1; d > 0; --d) {
+    if (d < L.ndim) {
+      const int64_t q = i / L.sizes[d];
+      const int64_t r = i - q * L.sizes[d];
+#pragma unroll
+      for (int k = 0; k < K; ++k) off[k] += r * L.byte_strides[k][d];
+      i = q;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) off[k] += i * L.byte_strides[k][0];
+}
+
+__device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+/// dst = convert<To>(src) elementwise; overwrites dst.
+template <class To, class From>
+__global__ void __launch_bounds__(kThreads) copy_kernel(char* dst,        // (shape) of To, byte strides L[0]
+                                                        const char* src,  // (shape) of From, byte strides L[1]
+                                                        KernelLayout<2> L) {
+  if (L.contiguous) {
+    To* d = reinterpret_cast<To*>(dst);
+    const From* s = reinterpret_cast<const From*>(src);
+    for (int64_t i = first_index(); i < L.numel; i += grid_stride()) d[i] = convert<To>(s[i]);
+    return;
+  }
+  for (int64_t i = first_index(); i < L.numel; i += grid_stride()) {
+    int64_t off[2];
+    element_offsets(L, i, off);
+    *reinterpret_cast<To*>(dst + off[0]) = convert<To>(*reinterpret_cast<const From*>(src + off[1]));
+  }
+}
+
+/// dst = value for every element; overwrites dst.
+template <class T>
+__global__ void __launch_bounds__(kThreads) fill_kernel(char* dst,  // (shape) of T, byte strides L[0]
+                                                        T value, KernelLayout<1> L) {
+  if (L.contiguous) {
+    T* d = reinterpret_cast<T*>(dst);
+    for (int64_t i = first_index(); i < L.numel; i += grid_stride()) d[i] = value;
+    return;
+  }
+  for (int64_t i = first_index(); i < L.numel; i += grid_stride()) {
+    int64_t off[1];
+    element_offsets(L, i, off);
+    *reinterpret_cast<T*>(dst + off[0]) = value;
+  }
+}
+
+int grid_size(int64_t numel, int device) {
+  const int64_t blocks = (numel + kThreads - 1) / kThreads;
+  return static_cast<int>(std::min<int64_t>(blocks, static_cast<int64_t>(multiprocessor_count(device)) * kBlocksPerSm));
+}
+
+/// dst = src converted to dst's dtype; both on the same CUDA device, same shape, any strides. Overwrites dst.
+void copy_cuda(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
+  MT_CHECK(dst.shape() == src.shape(), "cuda copy: shapes differ (dst ", dst.shape(), ", src ", src.shape(), ")");
+  MT_CHECK(dst.is_cuda() && dst.device() == src.device(),
+           "cuda copy: both tensors must be on the same CUDA device (dst on ", dst.device(), ", src on ",
+           src.device(), ")");
+  if (dst.numel() == 0) return;
+  const KernelLayout<2> L =
+      kernel_layout<2>(dst.shape(), {&dst.strides(), &src.strides()},
+                       {static_cast<int64_t>(dst.itemsize()), static_cast<int64_t>(src.itemsize())});
+  const int device = dst.device().index;
+  DeviceGuard guard(device);
+  const int grid = grid_size(L.numel, device);
+  char* d = static_cast<char*>(dst.data_ptr());
+  const char* s = static_cast<const char*>(src.data_ptr());
+  dispatch(dst.dtype(), [&](auto to) {
+    dispatch(src.dtype(), [&](auto from) {
+      copy_kernel<typename decltype(to)::type, typename decltype(from)::type><<<grid, kThreads, 0, stream>>>(d, s, L);
+      MT_CUDA_CHECK_LAUNCH("copy_kernel (", src.dtype(), " -> ", dst.dtype(), ", shape ", dst.shape(), " on ",
+                           dst.device(), ")");
+    });
+  });
+}
+
+/// Every element of dst = value converted (once, on the host, exactly as the CPU backend does) to dst's dtype.
+void fill_cuda(const Tensor& dst, double value, cudaStream_t stream) {
+  MT_CHECK(dst.is_cuda(), "cuda fill: the tensor is on ", dst.device(), ", not a CUDA device");
+  if (dst.numel() == 0) return;
+  const KernelLayout<1> L =
+      kernel_layout<1>(dst.shape(), {&dst.strides()}, {static_cast<int64_t>(dst.itemsize())});
+  const int device = dst.device().index;
+  DeviceGuard guard(device);
+  const int grid = grid_size(L.numel, device);
+  char* d = static_cast<char*>(dst.data_ptr());
+  dispatch(dst.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    fill_kernel<T><<<grid, kThreads, 0, stream>>>(d, convert<T>(value), L);
+    MT_CUDA_CHECK_LAUNCH("fill_kernel (", dst.dtype(), ", shape ", dst.shape(), " on ", dst.device(), ")");
+  });
+}
+
+// ---- the backend ---------------------------------------------------------------------------
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  void* allocate(size_t nbytes, int device) override {
+    DeviceGuard guard(device);
+    // A zero-byte request still gets its own block (cudaMalloc's minimum), so every Storage owns a unique,
+    // non-null pointer that deallocate frees like any other.
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, std::max<size_t>(nbytes, 1));
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      size_t free_bytes = 0, total_bytes = 0;
+      if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
+      MT_ERROR("cuda allocator: out of memory allocating ", nbytes, " bytes on cuda:", device, " (free ", free_bytes,
+               " of total ", total_bytes, " bytes)");
+    }
+    MT_CUDA_CHECK(status, "cuda allocator: cudaMalloc of ", nbytes, " bytes on cuda:", device);
+    return p;
+  }
+
+  void deallocate(void* ptr, size_t, int device) noexcept override {
+    // Errors are dropped: this runs in destructors, including at process exit after the runtime has unloaded
+    // (cudaErrorCudartUnloading). A sticky error from a faulted kernel stays sticky and surfaces at the next check.
+    int previous = -1;
+    const bool switched =
+        cudaGetDevice(&previous) == cudaSuccess && previous != device && cudaSetDevice(device) == cudaSuccess;
+    (void)cudaFree(ptr);
+    if (switched) (void)cudaSetDevice(previous);
+    (void)cudaGetLastError();
+  }
+
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) override {
+    MT_CHECK(dst_device.is_cuda() || src_device.is_cuda(), "cuda copy_bytes: neither side (", src_device, " -> ",
+             dst_device, ") is a CUDA device");
+    if (nbytes == 0) return;
+    if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
+      // Ordered after earlier work on both devices, and before later work on either.
+      MT_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, nbytes), "cuda copy_bytes ",
+                    src_device, " -> ", dst_device, " (", nbytes, " bytes)");
+      return;
+    }
+    // Issue on the CUDA side's device, so the copy is ordered with that device's kernels on its legacy stream.
+    DeviceGuard guard(dst_device.is_cuda() ? dst_device.index : src_device.index);
+    const cudaMemcpyKind kind = !src_device.is_cuda() ? cudaMemcpyHostToDevice
+                                : !dst_device.is_cuda() ? cudaMemcpyDeviceToHost
+                                                        : cudaMemcpyDeviceToDevice;
+    // Synchronous with the host for pageable memory (a device-to-host copy waits for the kernels before it);
+    // the pinned, asynchronous path comes with the CUDA backend issue.
+    MT_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, kind), "cuda copy_bytes ", src_device, " -> ", dst_device, " (",
+                  nbytes, " bytes)");
+  }
+
+  void copy(const Tensor& dst, const Tensor& src) override { copy_cuda(dst, src, cudaStreamLegacy); }
+
+  void fill(const Tensor& dst, double value) override { fill_cuda(dst, value, cudaStreamLegacy); }
+
+  int device_count() const noexcept override { return probe().count; }
+
+  void synchronize(int device) override {
+    require_device(device, "cuda synchronize");
+    DeviceGuard guard(device);
+    MT_CUDA_CHECK(cudaDeviceSynchronize(), "cuda synchronize on cuda:", device);
+  }
+};
+
+}  // namespace
+}  // namespace cuda
+
+DeviceBackend& cuda_backend() {
+  // Never destroyed: tensors released during static destruction, in any order, still find their backend.
+  static cuda::CudaBackend& instance = *new cuda::CudaBackend;
+  return instance;
+}
+
+}  // namespace mixtape

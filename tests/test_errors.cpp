@@ -1,0 +1,113 @@
+// tests/test_errors.cpp — misuse gets a mixtape::Error that names the
+// operation and the shapes/dtypes/devices involved, with file:line.
+#include <boost/test/unit_test.hpp>
+
+#include <functional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <mixtape/core/random.h>
+#include <mixtape/core/tensor.h>
+#include <mixtape/cuda/runtime.h>
+
+namespace mt = mixtape;
+namespace utf = boost::unit_test;
+
+namespace {
+
+/// Runs `f`, requires a mixtape::Error whose message contains every one of
+/// `parts` and ends with a "(file.ext:line)" location.
+void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+  } catch (const mt::Error& e) {
+    std::string msg = e.what();
+    BOOST_TEST_MESSAGE("error: " << msg);
+    for (const auto& p : parts) BOOST_TEST(msg.find(p) != std::string::npos, "'" << p << "' not in: " << msg);
+    BOOST_TEST(std::regex_search(msg, std::regex(R"(\([a-z_/]+\.(cpp|h|cu):[0-9]+\)$)")),
+               "no (file:line) at the end of: " << msg);
+    return;
+  } catch (const std::exception& e) {
+    BOOST_ERROR("expected mixtape::Error, got another exception: " << e.what());
+    return;
+  }
+  BOOST_ERROR("expected mixtape::Error, nothing was thrown");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(errors, *utf::label("cpu"))
+
+BOOST_AUTO_TEST_CASE(error_is_a_runtime_error) {
+  static_assert(std::is_base_of_v<std::runtime_error, mt::Error>);
+  BOOST_CHECK_THROW(mt::zeros({2, 3}).view({4}), std::runtime_error);
+}
+
+BOOST_AUTO_TEST_CASE(view_of_incompatible_size) {
+  expect_error([] { mt::zeros({2, 3}).view({4, 2}); }, {"view", "[4, 2]", "size 6"});
+  expect_error([] { mt::zeros({2, 3}).reshape({-1, -1}); }, {"reshape", "only one dimension can be inferred"});
+  expect_error([] { mt::zeros({2, 3}).reshape({5, -1}); }, {"reshape", "[5, -1]", "size 6"});
+}
+
+BOOST_AUTO_TEST_CASE(view_of_incompatible_strides) {
+  expect_error([] { mt::zeros({2, 3}).t().view({6}); }, {"view", "[3, 2]", "strides [1, 3]", "use reshape"});
+}
+
+BOOST_AUTO_TEST_CASE(dim_out_of_range) {
+  expect_error([] { mt::zeros({2, 3}).transpose(0, 2); }, {"transpose", "dim 2", "shape [2, 3]", "[-2, 1]"});
+  expect_error([] { mt::zeros({2, 3}).size(-3); }, {"size", "dim -3", "shape [2, 3]"});
+  expect_error([] { mt::zeros({2}).unsqueeze(3); }, {"unsqueeze", "dim 3"});
+  expect_error([] { mt::zeros({2, 3}).flatten(1, 0); }, {"flatten", "start_dim 1", "end_dim 0"});
+}
+
+BOOST_AUTO_TEST_CASE(index_out_of_range) {
+  expect_error([] { mt::zeros({2, 3}).select(1, 3); }, {"select", "index 3", "size 3", "[2, 3]"});
+  expect_error([] { mt::zeros({2, 3}).at<float>({2, 0}); }, {"select", "index 2"});
+  expect_error([] { mt::zeros({2, 3}).narrow(1, 2, 2); }, {"narrow", "start 2", "length 2", "size 3"});
+  expect_error([] { mt::zeros({2, 3}).at<float>({1}); }, {"at", "1 indices", "[2, 3]"});
+}
+
+BOOST_AUTO_TEST_CASE(item_of_many_elements) {
+  expect_error([] { mt::zeros({2, 3}).item<float>(); }, {"item", "6 elements", "[2, 3]"});
+}
+
+BOOST_AUTO_TEST_CASE(dtype_mismatch) {
+  expect_error([] { mt::zeros({2}, mt::kF16).data<float>(); }, {"data", "f32", "f16"});
+  expect_error([] { mt::rand({2}, mt::kI64); }, {"rand", "floating", "i64"});
+  expect_error([] { mt::randn({2}, mt::kBool); }, {"randn", "bool"});
+}
+
+BOOST_AUTO_TEST_CASE(expand_and_permute) {
+  expect_error([] { mt::zeros({2, 3}).expand({4, 3, 2}); }, {"expand", "(2)", "target size 3", "[2, 3]"});
+  expect_error([] { mt::zeros({2, 3}).expand({3}); }, {"expand", "fewer dims"});
+  expect_error([] { mt::zeros({2, 3}).permute({0, 0}); }, {"permute", "repeats", "[2, 3]"});
+  expect_error([] { mt::zeros({2, 3}).permute({0}); }, {"permute", "1 dims", "[2, 3]"});
+}
+
+BOOST_AUTO_TEST_CASE(bad_factories) {
+  expect_error([] { mt::empty({2, -1}); }, {"empty", "negative size -1", "[2, -1]"});
+  expect_error([] { mt::from_vector(std::vector<float>{1, 2, 3}, {2, 2}); }, {"from_vector", "3 values", "[2, 2]"});
+  expect_error([] { mt::arange(0.0, 1.0, 0.0); }, {"arange", "step=0"});
+  expect_error([] { mt::arange(0.0, 1.0, -1.0); }, {"arange", "step -1"});
+  expect_error([] { mt::randint(3, 3, {2}); }, {"randint", "empty range"});
+  expect_error([] { mt::Shape s{1, 2, 3, 4, 5, 6, 7, 8}; s.push_back(9); }, {"Shape", "maximum of 8"});
+}
+
+BOOST_AUTO_TEST_CASE(undefined_tensor) {
+  expect_error([] { mt::Tensor().numel(); }, {"undefined tensor"});
+}
+
+BOOST_AUTO_TEST_CASE(as_strided_out_of_bounds) {
+  expect_error([] { mt::zeros({4}).as_strided({3}, {2}, 0); }, {"as_strided", "element 4", "4 elements"});
+}
+
+BOOST_AUTO_TEST_CASE(cuda_device_when_unavailable) {
+  if (mt::cuda::is_available()) {
+    expect_error([] { mt::zeros({2}, mt::Device::cuda(mt::cuda::device_count())); }, {"cuda:", "out of range"});
+  } else {
+    expect_error([] { mt::zeros({2}).to(mt::Device::cuda()); }, {"cuda:0"});
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,254 @@
+// tests/test_tensor.cpp — core: factories, views, copies, element access,
+// printing and the random generator.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include <mixtape/core/random.h>
+#include <mixtape/core/tensor.h>
+
+namespace mt = mixtape;
+namespace utf = boost::unit_test;
+
+namespace {
+
+std::vector<double> values(const mt::Tensor& t) { return t.to_vector<double>(); }
+
+/// 0, 1, ..., n-1 as f32 with `shape`.
+mt::Tensor iota(const mt::Shape& shape, mt::DType dtype = mt::kF32) {
+  return mt::arange(shape.numel(), dtype).reshape(shape);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(tensor, *utf::label("cpu"))
+
+BOOST_AUTO_TEST_CASE(factories) {
+  mt::Tensor z = mt::zeros({2, 3});
+  BOOST_TEST(z.dtype() == mt::kF32);
+  BOOST_TEST(z.device() == mt::Device::cpu());
+  BOOST_TEST((z.shape() == mt::Shape{2, 3}));
+  BOOST_TEST(z.numel() == 6);
+  BOOST_TEST(z.is_contiguous());
+  BOOST_TEST(values(z) == std::vector<double>(6, 0.0), boost::test_tools::per_element());
+  BOOST_TEST(values(mt::ones({4}, mt::kBF16)) == std::vector<double>(4, 1.0), boost::test_tools::per_element());
+  BOOST_TEST(values(mt::full({2}, 2.5, mt::kF16)) == std::vector<double>({2.5, 2.5}), boost::test_tools::per_element());
+
+  mt::Tensor a = mt::arange(5);
+  BOOST_TEST(a.dtype() == mt::kI64);
+  BOOST_TEST(a.to_vector<int64_t>() == std::vector<int64_t>({0, 1, 2, 3, 4}), boost::test_tools::per_element());
+  BOOST_TEST(values(mt::arange(1.0, 2.0, 0.25)) == std::vector<double>({1.0, 1.25, 1.5, 1.75}),
+             boost::test_tools::per_element());
+  BOOST_TEST(mt::arange(0.0, 1.0, 0.3).numel() == 4);  // ceil(1 / 0.3), like torch.arange
+
+  mt::Tensor v = mt::tensor({1.5f, -2.0f, 3.0f});
+  BOOST_TEST(v.dtype() == mt::kF32);
+  BOOST_TEST(v.at<float>({1}) == -2.0f);
+  mt::Tensor m = mt::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3}, mt::kF16);
+  BOOST_TEST(m.dtype() == mt::kF16);
+  BOOST_TEST(m.at<double>({1, 2}) == 6.0);
+  BOOST_TEST(mt::scalar_tensor(7.0).dim() == 0);
+  BOOST_TEST(mt::scalar_tensor(7.0).item<int>() == 7);
+  BOOST_TEST(mt::empty({0, 3}).numel() == 0);
+  BOOST_TEST((mt::zeros_like(m).shape() == m.shape()));
+  BOOST_TEST(mt::ones_like(m).dtype() == mt::kF16);
+}
+
+BOOST_AUTO_TEST_CASE(value_semantics_share_data) {
+  mt::Tensor a = mt::zeros({3});
+  mt::Tensor b = a;  // a handle copy, like torch::Tensor
+  b.set({1}, 5.0);
+  BOOST_TEST(a.at<float>({1}) == 5.0f);
+  BOOST_TEST(a.is_same(b));
+  mt::Tensor c = a.clone();
+  c.set({1}, 7.0);
+  BOOST_TEST(a.at<float>({1}) == 5.0f);
+  BOOST_TEST(c.storage() != a.storage());
+}
+
+BOOST_AUTO_TEST_CASE(dtype_conversion) {
+  mt::Tensor x = mt::tensor({0.1, 1.0 / 3.0, 65519.0, 65520.0, -1e-8});
+  mt::Tensor h = x.to(mt::kF16);
+  BOOST_TEST(h.dtype() == mt::kF16);
+  std::vector<mt::Half> hv = h.to_vector<mt::Half>();
+  BOOST_TEST(hv[0].bits == mt::Half(0.1).bits);
+  BOOST_TEST(float(hv[2]) == 65504.0f);
+  BOOST_TEST(std::isinf(float(hv[3])));
+  BOOST_TEST(std::signbit(float(hv[4])));  // -1e-8 underflows to -0
+  // bf16 and integers
+  BOOST_TEST(mt::tensor({1.0f, 257.0f}).to(mt::kBF16).to_vector<float>()[1] == 256.0f);  // tie to even
+  BOOST_TEST(mt::tensor({2.7f, -2.7f}).to(mt::kI32).to_vector<int32_t>() == std::vector<int32_t>({2, -2}),
+             boost::test_tools::per_element());
+  BOOST_TEST(mt::tensor({0.0f, 0.5f}).to(mt::kBool).to_vector<bool>() == std::vector<bool>({false, true}),
+             boost::test_tools::per_element());
+  // to() the same dtype returns the same tensor, like PyTorch.
+  BOOST_TEST(x.to(mt::kF64).is_same(x));
+}
+
+BOOST_AUTO_TEST_CASE(reshape_and_view) {
+  mt::Tensor x = iota({2, 3, 4});
+  mt::Tensor v = x.view({6, -1});
+  BOOST_TEST((v.shape() == mt::Shape{6, 4}));
+  BOOST_TEST(v.storage() == x.storage());
+  // A transposed tensor cannot be viewed flat; reshape copies.
+  mt::Tensor t = x.transpose(0, 2);
+  BOOST_TEST(!t.is_contiguous());
+  mt::Tensor r = t.reshape({-1});
+  BOOST_TEST(r.storage() != x.storage());
+  BOOST_TEST(r.at<float>({1}) == 12.0f);  // t[0][0][1] = x[1][0][0]
+  // But a reshape that only splits a dim of a transposed tensor is a view.
+  mt::Tensor split = t.reshape({2, 2, 3, 2});
+  BOOST_TEST(split.storage() == x.storage());
+  BOOST_TEST(split.at<float>({1, 0, 2, 1}) == x.at<float>({1, 2, 2}));
+  BOOST_TEST((x.flatten(1).shape() == mt::Shape{2, 12}));
+  BOOST_TEST((x.flatten().shape() == mt::Shape{24}));
+  BOOST_TEST((mt::scalar_tensor(1.0).reshape({1, 1}).shape() == mt::Shape{1, 1}));
+}
+
+BOOST_AUTO_TEST_CASE(transpose_permute_slice_select) {
+  mt::Tensor x = iota({2, 3, 4});
+  mt::Tensor p = x.permute({2, 0, 1});
+  BOOST_TEST((p.shape() == mt::Shape{4, 2, 3}));
+  BOOST_TEST((p.strides() == mt::Shape{1, 12, 4}));
+  BOOST_TEST(p.at<float>({3, 1, 2}) == x.at<float>({1, 2, 3}));
+  mt::Tensor m = iota({3, 5});
+  BOOST_TEST(m.t().at<float>({4, 2}) == m.at<float>({2, 4}));
+
+  mt::Tensor s = m.slice(1, 1, 5, 2);  // columns 1 and 3
+  BOOST_TEST((s.shape() == mt::Shape{3, 2}));
+  BOOST_TEST(values(s) == std::vector<double>({1, 3, 6, 8, 11, 13}), boost::test_tools::per_element());
+  BOOST_TEST(m.slice(0, -2, 100).size(0) == 2);  // Python-style clamping
+  BOOST_TEST(m.slice(0, 2, 1).size(0) == 0);
+  BOOST_TEST(values(m.narrow(1, 2, 2).select(0, -1)) == std::vector<double>({12, 13}),
+             boost::test_tools::per_element());
+  BOOST_TEST(m.select(1, 0).dim() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(expand_squeeze_unsqueeze) {
+  mt::Tensor col = mt::tensor({1.0f, 2.0f, 3.0f}).unsqueeze(1);
+  BOOST_TEST((col.shape() == mt::Shape{3, 1}));
+  mt::Tensor e = col.expand({2, 3, 4});
+  BOOST_TEST((e.strides() == mt::Shape{0, 1, 0}));
+  BOOST_TEST(e.storage() == col.storage());
+  BOOST_TEST(e.at<float>({1, 2, 3}) == 3.0f);
+  BOOST_TEST((col.expand({-1, 5}).shape() == mt::Shape{3, 5}));
+  BOOST_TEST((e.contiguous().strides() == mt::Shape{12, 4, 1}));
+  BOOST_TEST(values(e.contiguous().select(0, 1).select(1, 2)) == std::vector<double>({1, 2, 3}),
+             boost::test_tools::per_element());
+  BOOST_TEST((mt::zeros({1, 3, 1}).squeeze().shape() == mt::Shape{3}));
+  BOOST_TEST((mt::zeros({1, 3, 1}).squeeze(0).shape() == mt::Shape{3, 1}));
+  BOOST_TEST((mt::zeros({1, 3, 1}).squeeze(1).shape() == mt::Shape{1, 3, 1}));
+  BOOST_TEST((mt::zeros({2, 3}).unsqueeze(-1).shape() == mt::Shape{2, 3, 1}));
+}
+
+BOOST_AUTO_TEST_CASE(copy_fill_and_versions) {
+  mt::Tensor x = mt::zeros({2, 3}, mt::kF16);
+  uint64_t v0 = x.version();
+  x.copy_(mt::tensor({1.0, 2.0, 3.0}));  // broadcast and convert
+  BOOST_TEST(x.version() == v0 + 1);
+  BOOST_TEST(values(x) == std::vector<double>({1, 2, 3, 1, 2, 3}), boost::test_tools::per_element());
+  mt::Tensor view = x.select(0, 1);
+  view.fill_(9.0);
+  BOOST_TEST(x.version() == v0 + 2);  // views share the version counter
+  BOOST_TEST(values(x) == std::vector<double>({1, 2, 3, 9, 9, 9}), boost::test_tools::per_element());
+  // Copy from an overlapping view of itself.
+  mt::Tensor m = iota({3, 3});
+  m.copy_(m.t());
+  BOOST_TEST(values(m) == std::vector<double>({0, 3, 6, 1, 4, 7, 2, 5, 8}), boost::test_tools::per_element());
+  // Non-contiguous destination, large enough for the threaded path.
+  mt::Tensor big = mt::zeros({512, 512});
+  big.t().copy_(iota({512, 512}));
+  BOOST_TEST(big.at<float>({7, 3}) == 3.0f * 512 + 7);
+}
+
+BOOST_AUTO_TEST_CASE(element_access) {
+  mt::Tensor x = iota({2, 3}, mt::kI64);
+  BOOST_TEST(x.at<int64_t>({-1, -1}) == 5);
+  BOOST_TEST(x.select(0, 1).select(0, 2).item<double>() == 5.0);
+  BOOST_TEST(mt::scalar_tensor(3.0, mt::kBF16).item<float>() == 3.0f);
+  std::vector<int32_t> iv = x.to_vector<int32_t>();
+  BOOST_TEST(iv.size() == 6u);
+  mt::Tensor b = mt::from_vector(std::vector<int64_t>{int64_t{1} << 60}, {1});
+  BOOST_TEST(b.item<int64_t>() == int64_t{1} << 60);  // no trip through double
+}
+
+BOOST_AUTO_TEST_CASE(printing) {
+  std::ostringstream os;
+  os << mt::from_vector(std::vector<float>{0.5f, 1.0f, 2.0f, 3.0f}, {2, 2});
+  BOOST_TEST(os.str() == "tensor([0.5, 1, 2, 3], shape=[2, 2], dtype=f32, device=cpu)");
+  std::ostringstream big;
+  big << mt::zeros({3, 4}, mt::kBF16);
+  BOOST_TEST(big.str() == "tensor([0, 0, 0, 0, 0, 0, 0, 0, ...], shape=[3, 4], dtype=bf16, device=cpu)");
+  std::ostringstream undef;
+  undef << mt::Tensor();
+  BOOST_TEST(undef.str() == "tensor(undefined)");
+}
+
+BOOST_AUTO_TEST_CASE(philox_known_answers) {
+  // Known-answer vectors of Random123's kat_vectors for philox4x32_10.
+  uint32_t out[4];
+  mt::philox4x32_10(0, 0, 0, out);
+  BOOST_TEST(out[0] == 0x6627e8d5u);
+  BOOST_TEST(out[1] == 0xe169c58du);
+  BOOST_TEST(out[2] == 0xbc57ac4cu);
+  BOOST_TEST(out[3] == 0x9b00dbd8u);
+  mt::philox4x32_10(~uint64_t{0}, ~uint64_t{0}, ~uint64_t{0}, out);
+  BOOST_TEST(out[0] == 0x408f276du);
+  BOOST_TEST(out[1] == 0x41c83b0eu);
+  BOOST_TEST(out[2] == 0xa20bc7c6u);
+  BOOST_TEST(out[3] == 0x6d5451fdu);
+  // counter {243f6a88 85a308d3 13198a2e 03707344}, key {a4093822 299f31d0}
+  mt::philox4x32_10(0x299f31d0a4093822ull, 0x0370734413198a2eull, 0x85a308d3243f6a88ull, out);
+  BOOST_TEST(out[0] == 0xd16cfe09u);
+  BOOST_TEST(out[1] == 0x94fdccebu);
+  BOOST_TEST(out[2] == 0x5001e420u);
+  BOOST_TEST(out[3] == 0x24126ea1u);
+}
+
+BOOST_AUTO_TEST_CASE(seeded_generator_is_reproducible) {
+  mt::manual_seed(42);
+  mt::Tensor a = mt::randn({1000});
+  mt::Tensor b = mt::rand({1000}, mt::kF16);
+  mt::manual_seed(42);
+  BOOST_TEST(values(mt::randn({1000})) == values(a), boost::test_tools::per_element());
+  BOOST_TEST(values(mt::rand({1000}, mt::kF16)) == values(b), boost::test_tools::per_element());
+  // A draw is a function of (seed, offset) alone: splitting it gives the same numbers.
+  mt::Generator g1(7), g2(7);
+  std::vector<double> whole = values(mt::rand({10}, mt::kF64, &g1));
+  std::vector<double> first = values(mt::rand({4}, mt::kF64, &g2));
+  std::vector<double> rest = values(mt::rand({6}, mt::kF64, &g2));
+  first.insert(first.end(), rest.begin(), rest.end());
+  BOOST_TEST(first == whole, boost::test_tools::per_element());
+  // The same numbers on every machine: golden values for seed 1234.
+  mt::Generator golden(1234);
+  std::vector<double> u = values(mt::rand({3}, mt::kF64, &golden));
+  std::ostringstream os;
+  os.precision(17);
+  for (double x : u) os << x << ' ';
+  BOOST_TEST_MESSAGE("rand(seed 1234): " << os.str());
+  BOOST_TEST(u[0] == 0x1.04859a46d3e78p-3);
+  BOOST_TEST(u[1] == 0x1.3dddbc6a397c2p-1);
+  BOOST_TEST(u[2] == 0x1.fe4e46c7e037cp-3);
+}
+
+BOOST_AUTO_TEST_CASE(distributions) {
+  mt::Generator g(3);
+  std::vector<double> n = values(mt::randn({200000}, mt::kF64, &g));
+  double mean = 0, var = 0;
+  for (double x : n) mean += x;
+  mean /= static_cast<double>(n.size());
+  for (double x : n) var += (x - mean) * (x - mean);
+  var /= static_cast<double>(n.size());
+  BOOST_TEST(std::abs(mean) < 0.01);
+  BOOST_TEST(std::abs(var - 1.0) < 0.01);
+  for (double x : values(mt::rand({100000}, mt::kF16, &g))) BOOST_TEST_REQUIRE((x >= 0.0 && x < 1.0));
+  for (double x : values(mt::rand({100000}, mt::kBF16, &g))) BOOST_TEST_REQUIRE((x >= 0.0 && x < 1.0));
+  std::vector<int64_t> r = mt::randint(-3, 4, {10000}, mt::kI64, &g).to_vector<int64_t>();
+  int64_t lo = *std::min_element(r.begin(), r.end()), hi = *std::max_element(r.begin(), r.end());
+  BOOST_TEST(lo == -3);
+  BOOST_TEST(hi == 3);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,24 @@
+// tests/test_util.h — what every suite shares: the GPU precondition and
+// helpers to compare tensors with a message that says where they differ.
+#pragma once
+
+#include <boost/test/unit_test.hpp>
+
+#include <mixtape/cuda/runtime.h>
+
+namespace mixtape::test {
+
+/// Boost.Test precondition for `gpu` cases: skipped, with a message, when no CUDA device is present.
+struct cuda_available {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
+    boost::test_tools::assertion_result r(mixtape::cuda::is_available());
+    if (!r) r.message() << "no CUDA device available (" << mixtape::cuda::unavailable_reason() << "): skipping GPU test";
+    return r;
+  }
+};
+
+}  // namespace mixtape::test
+
+/// Decorators for a GPU test case: `BOOST_AUTO_TEST_CASE(name, MT_GPU_TEST)`.
+#define MT_GPU_TEST \
+  *boost::unit_test::precondition(::mixtape::test::cuda_available()) * boost::unit_test::label("gpu")
