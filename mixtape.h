@@ -2,9 +2,15 @@
 //
 //   namespace mt = mixtape;
 //   mt::Tensor x = mt::randn({128, 784});
-//   mt::Tensor w = mt::randn({784, 512}, mt::kF16);
+//   mt::Tensor w = mt::randn({784, 512}).requires_grad_();
+//   mt::Tensor loss = mt::sum(mt::relu(mt::matmul(x, w)));
+//   loss.backward();
 #pragma once
 
+#include <mixtape/autograd/autograd.h>
+#include <mixtape/autograd/cast.h>
+#include <mixtape/autograd/precision.h>
+#include <mixtape/autograd/registry.h>
 #include <mixtape/core/device.h>
 #include <mixtape/core/dtype.h>
 #include <mixtape/core/error.h>
@@ -13,3 +19,4 @@
 #include <mixtape/core/shape.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/runtime.h>
+#include <mixtape/ops/ops.h>

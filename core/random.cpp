@@ -47,7 +47,7 @@ Tensor draw(const Shape& shape, TensorOptions options, Generator* gen, const cha
     philox4x32_10(key, 0, first + static_cast<uint64_t>(i), words);
     out[i] = f(words);
   }
-  return host.to(options.device(), options.dtype());
+  return raw::to(host, options.device(), options.dtype());
 }
 
 }  // namespace

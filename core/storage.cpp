@@ -6,6 +6,8 @@
 #include <cstring>
 #include <new>
 
+#include <sys/mman.h>
+
 #include <mixtape/core/error.h>
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/core/tensor.h>
@@ -24,6 +26,7 @@ std::atomic<int64_t> g_cpu_peak{0};
 std::atomic<int64_t> g_cpu_storages{0};
 
 constexpr size_t kCpuAlignment = 64;  // a cache line; also what AVX-512 loads like
+constexpr size_t kHugePage = size_t{2} << 20;
 
 /// Copies `src` into `dst` element by element, converting types; same shape, any strides.
 template <class To, class From>
@@ -58,8 +61,12 @@ void convert_copy(const Tensor& dst, const Tensor& src) {
 class CpuBackend final : public DeviceBackend {
  public:
   void* allocate(size_t nbytes, int) override {
-    size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    void* p = std::aligned_alloc(kCpuAlignment, rounded == 0 ? kCpuAlignment : rounded);
+    // Large blocks go on 2 MiB boundaries and ask for transparent huge pages:
+    // first-touch page faults otherwise cost more than the kernels writing them.
+    const size_t align = nbytes >= kHugePage ? kHugePage : kCpuAlignment;
+    size_t rounded = (nbytes + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, rounded == 0 ? align : rounded);
+    if (p && align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);
     MT_CHECK(p != nullptr, "cpu allocator: out of memory allocating ", nbytes, " bytes (",
              g_cpu_allocated.load(), " bytes already allocated)");
     int64_t now = g_cpu_allocated.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
@@ -88,7 +95,7 @@ class CpuBackend final : public DeviceBackend {
     // A one-element f64 source broadcast over dst: the cast rules of copy apply.
     Tensor v = empty(Shape{}, TensorOptions(DType::kF64));
     *v.data<double>() = value;
-    copy(dst, v.expand(dst.shape()));
+    copy(dst, raw::expand(v, dst.shape()));
   }
   int device_count() const noexcept override { return 1; }
   void synchronize(int) override {}

@@ -111,106 +111,79 @@ void* Tensor::data_ptr() const {
   return static_cast<char*>(t.storage->data()) + t.offset * static_cast<int64_t>(mixtape::itemsize(t.dtype));
 }
 
-// ---- views ------------------------------------------------------------------------
+// ---- raw views and copies (no autograd) ---------------------------------------------
 
-Tensor Tensor::view(const Shape& shape_in) const {
-  Shape shape = infer_size(shape_in, numel(), "view");
-  auto strides = view_strides(this->shape(), this->strides(), shape);
-  MT_CHECK(strides.has_value(), "view: size ", shape, " is not compatible with input of shape ", this->shape(),
-           " and strides ", this->strides(), " (at least one dim spans two contiguous subspaces); use reshape");
-  return make_view(*this, shape, *strides, storage_offset());
+namespace raw {
+
+Tensor view(const Tensor& x, const Shape& shape_in) {
+  Shape shape = infer_size(shape_in, x.numel(), "view");
+  auto strides = view_strides(x.shape(), x.strides(), shape);
+  MT_CHECK(strides.has_value(), "view: size ", shape, " is not compatible with input of shape ", x.shape(),
+           " and strides ", x.strides(), " (at least one dim spans two contiguous subspaces); use reshape");
+  return make_view(x, shape, *strides, x.storage_offset());
 }
 
-Tensor Tensor::reshape(const Shape& shape_in) const {
-  Shape shape = infer_size(shape_in, numel(), "reshape");
-  if (auto strides = view_strides(this->shape(), this->strides(), shape))
-    return make_view(*this, shape, *strides, storage_offset());
-  return contiguous().view(shape);
+Tensor reshape(const Tensor& x, const Shape& shape_in) {
+  Shape shape = infer_size(shape_in, x.numel(), "reshape");
+  if (auto strides = view_strides(x.shape(), x.strides(), shape)) return make_view(x, shape, *strides, x.storage_offset());
+  return view(contiguous(x), shape);
 }
 
-Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
-  if (dim() == 0) return reshape({1});
-  int64_t s = wrap_dim(start_dim, dim(), "flatten", shape());
-  int64_t e = wrap_dim(end_dim, dim(), "flatten", shape());
-  MT_CHECK(s <= e, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim, " (shape ", shape(), ")");
-  Shape out;
-  for (int64_t i = 0; i < s; ++i) out.push_back(size(i));
-  int64_t merged = 1;
-  for (int64_t i = s; i <= e; ++i) merged *= size(i);
-  out.push_back(merged);
-  for (int64_t i = e + 1; i < dim(); ++i) out.push_back(size(i));
-  return reshape(out);
-}
-
-Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
-  if (dim() == 0) return *this;
-  int64_t a = wrap_dim(dim0, dim(), "transpose", shape());
-  int64_t b = wrap_dim(dim1, dim(), "transpose", shape());
-  Shape sh = shape(), st = strides();
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  if (x.dim() == 0) return x;
+  int64_t a = wrap_dim(dim0, x.dim(), "transpose", x.shape());
+  int64_t b = wrap_dim(dim1, x.dim(), "transpose", x.shape());
+  Shape sh = x.shape(), st = x.strides();
   std::swap(sh[a], sh[b]);
   std::swap(st[a], st[b]);
-  return make_view(*this, sh, st, storage_offset());
+  return make_view(x, sh, st, x.storage_offset());
 }
 
-Tensor Tensor::t() const {
-  MT_CHECK(dim() <= 2, "t: expects a tensor with <= 2 dims, got shape ", shape(), "; use transpose(dim0, dim1)");
-  return dim() < 2 ? *this : transpose(0, 1);
-}
-
-Tensor Tensor::permute(const Shape& dims) const {
-  MT_CHECK(dims.size() == dim(), "permute: got ", dims.size(), " dims ", dims, " for a tensor of shape ", shape());
+Tensor permute(const Tensor& x, const Shape& dims) {
+  MT_CHECK(dims.size() == x.dim(), "permute: got ", dims.size(), " dims ", dims, " for a tensor of shape ", x.shape());
   Shape sh, st;
   bool seen[Shape::kMaxDims] = {};
   for (int64_t i = 0; i < dims.size(); ++i) {
-    int64_t d = wrap_dim(dims[i], dim(), "permute", shape());
-    MT_CHECK(!seen[d], "permute: dim ", d, " repeats in ", dims, " (shape ", shape(), ")");
+    int64_t d = wrap_dim(dims[i], x.dim(), "permute", x.shape());
+    MT_CHECK(!seen[d], "permute: dim ", d, " repeats in ", dims, " (shape ", x.shape(), ")");
     seen[d] = true;
-    sh.push_back(size(d));
-    st.push_back(stride(d));
+    sh.push_back(x.shape()[d]);
+    st.push_back(x.strides()[d]);
   }
-  return make_view(*this, sh, st, storage_offset());
+  return make_view(x, sh, st, x.storage_offset());
 }
 
-Tensor Tensor::slice(int64_t dim_in, int64_t start, int64_t end, int64_t step) const {
-  int64_t d = wrap_dim(dim_in, dim(), "slice", shape());
-  MT_CHECK(step > 0, "slice: step must be positive, got ", step, " (shape ", shape(), ")");
-  int64_t n = size(d);
+Tensor slice(const Tensor& x, int64_t dim_in, int64_t start, int64_t end, int64_t step) {
+  int64_t d = wrap_dim(dim_in, x.dim(), "slice", x.shape());
+  MT_CHECK(step > 0, "slice: step must be positive, got ", step, " (shape ", x.shape(), ")");
+  int64_t n = x.shape()[d];
   auto clamp = [n](int64_t i) { return std::clamp(i < 0 ? i + n : i, int64_t{0}, n); };
   start = clamp(start);
   end = std::max(clamp(end), start);
-  Shape sh = shape(), st = strides();
+  Shape sh = x.shape(), st = x.strides();
   sh[d] = (end - start + step - 1) / step;
   st[d] *= step;
-  return make_view(*this, sh, st, storage_offset() + start * stride(d));
+  return make_view(x, sh, st, x.storage_offset() + start * x.strides()[d]);
 }
 
-Tensor Tensor::narrow(int64_t dim_in, int64_t start, int64_t length) const {
-  int64_t d = wrap_dim(dim_in, dim(), "narrow", shape());
-  int64_t n = size(d);
-  if (start < 0) start += n;
-  MT_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start, " and length ", length,
-           " exceed dim ", d, " of size ", n, " (shape ", shape(), ")");
-  return slice(d, start, start + length);
-}
-
-Tensor Tensor::select(int64_t dim_in, int64_t index) const {
-  int64_t d = wrap_dim(dim_in, dim(), "select", shape());
-  int64_t n = size(d);
+Tensor select(const Tensor& x, int64_t dim_in, int64_t index) {
+  int64_t d = wrap_dim(dim_in, x.dim(), "select", x.shape());
+  int64_t n = x.shape()[d];
   MT_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d, " of size ", n,
-           " (shape ", shape(), ")");
+           " (shape ", x.shape(), ")");
   if (index < 0) index += n;
-  Shape sh = shape(), st = strides();
-  int64_t offset = storage_offset() + index * st[d];
+  Shape sh = x.shape(), st = x.strides();
+  int64_t offset = x.storage_offset() + index * st[d];
   sh.erase(d);
   st.erase(d);
-  return make_view(*this, sh, st, offset);
+  return make_view(x, sh, st, offset);
 }
 
-Tensor Tensor::expand(const Shape& target) const {
-  MT_CHECK(target.size() >= dim(), "expand: the target shape ", target, " has fewer dims than the tensor's shape ",
-           shape());
+Tensor expand(const Tensor& x, const Shape& target) {
+  MT_CHECK(target.size() >= x.dim(), "expand: the target shape ", target, " has fewer dims than the tensor's shape ",
+           x.shape());
   Shape sh = Shape::filled(target.size(), 0), st = Shape::filled(target.size(), 0);
-  int64_t lead = target.size() - dim();
+  int64_t lead = target.size() - x.dim();
   for (int64_t i = 0; i < target.size(); ++i) {
     if (i < lead) {
       MT_CHECK(target[i] >= 0, "expand: size -1 is not allowed in a new leading dim (target ", target, ")");
@@ -218,107 +191,104 @@ Tensor Tensor::expand(const Shape& target) const {
       st[i] = 0;
       continue;
     }
-    int64_t have = size(i - lead);
+    int64_t have = x.shape()[i - lead];
     int64_t want = target[i] == -1 ? have : target[i];
     MT_CHECK(have == want || have == 1, "expand: the size of dim ", i - lead, " (", have,
-             ") must match the target size ", want, " or be 1 (shape ", shape(), " to ", target, ")");
+             ") must match the target size ", want, " or be 1 (shape ", x.shape(), " to ", target, ")");
     sh[i] = want;
-    st[i] = have == want ? stride(i - lead) : 0;
+    st[i] = have == want ? x.strides()[i - lead] : 0;
   }
-  return make_view(*this, sh, st, storage_offset());
+  return make_view(x, sh, st, x.storage_offset());
 }
 
-Tensor Tensor::squeeze() const {
+Tensor squeeze(const Tensor& x) {
   Shape sh, st;
-  for (int64_t i = 0; i < dim(); ++i)
-    if (size(i) != 1) sh.push_back(size(i)), st.push_back(stride(i));
-  return make_view(*this, sh, st, storage_offset());
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (x.shape()[i] != 1) sh.push_back(x.shape()[i]), st.push_back(x.strides()[i]);
+  return make_view(x, sh, st, x.storage_offset());
 }
 
-Tensor Tensor::squeeze(int64_t dim_in) const {
-  if (dim() == 0) return *this;
-  int64_t d = wrap_dim(dim_in, dim(), "squeeze", shape());
-  if (size(d) != 1) return *this;
-  Shape sh = shape(), st = strides();
+Tensor squeeze(const Tensor& x, int64_t dim_in) {
+  if (x.dim() == 0) return x;
+  int64_t d = wrap_dim(dim_in, x.dim(), "squeeze", x.shape());
+  if (x.shape()[d] != 1) return x;
+  Shape sh = x.shape(), st = x.strides();
   sh.erase(d);
   st.erase(d);
-  return make_view(*this, sh, st, storage_offset());
+  return make_view(x, sh, st, x.storage_offset());
 }
 
-Tensor Tensor::unsqueeze(int64_t dim_in) const {
-  int64_t d = wrap_dim(dim_in, dim() + 1, "unsqueeze", shape());
-  Shape sh = shape(), st = strides();
-  int64_t stride_here = d < dim() ? st[d] * sh[d] : 1;
+Tensor unsqueeze(const Tensor& x, int64_t dim_in) {
+  int64_t d = wrap_dim(dim_in, x.dim() + 1, "unsqueeze", x.shape());
+  Shape sh = x.shape(), st = x.strides();
+  int64_t stride_here = d < x.dim() ? st[d] * sh[d] : 1;
   sh.insert(d, 1);
   st.insert(d, stride_here);
-  return make_view(*this, sh, st, storage_offset());
+  return make_view(x, sh, st, x.storage_offset());
 }
 
-Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offset) const {
-  MT_CHECK(shape.size() == strides.size(), "as_strided: shape ", shape, " and strides ", strides,
-           " differ in rank");
+Tensor as_strided(const Tensor& x, const Shape& shape, const Shape& strides, int64_t offset) {
+  MT_CHECK(shape.size() == strides.size(), "as_strided: shape ", shape, " and strides ", strides, " differ in rank");
   int64_t max_index = offset;
   for (int64_t i = 0; i < shape.size(); ++i) {
-    MT_CHECK(shape[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride (shape ", shape,
-             ", strides ", strides, ")");
+    MT_CHECK(shape[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride (shape ", shape, ", strides ",
+             strides, ")");
     if (shape[i] == 0) max_index = -1;
     if (max_index >= 0) max_index += (shape[i] - 1) * strides[i];
   }
-  int64_t capacity = static_cast<int64_t>(storage()->nbytes() / itemsize());
-  MT_CHECK(offset >= 0 && max_index < capacity, "as_strided: shape ", shape, " strides ", strides, " offset ",
-           offset, " reach element ", max_index, " of a storage of ", capacity, " elements");
-  return make_view(*this, shape, strides, offset);
+  int64_t capacity = static_cast<int64_t>(x.storage()->nbytes() / x.itemsize());
+  MT_CHECK(offset >= 0 && max_index < capacity, "as_strided: shape ", shape, " strides ", strides, " offset ", offset,
+           " reach element ", max_index, " of a storage of ", capacity, " elements");
+  return make_view(x, shape, strides, offset);
 }
 
-// ---- copies -----------------------------------------------------------------------
+Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
-
-Tensor Tensor::clone() const {
-  Tensor out = empty(shape(), TensorOptions(dtype()).device(device()));
-  if (numel()) backend(device()).copy(out, *this);
+Tensor clone(const Tensor& x) {
+  Tensor out = empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
+  if (x.numel()) backend(x.device()).copy(out, x);
   return out;
 }
 
-Tensor Tensor::to(DType dtype) const {
-  if (dtype == this->dtype()) return *this;
-  Tensor out = empty(shape(), TensorOptions(dtype).device(device()));
-  if (numel()) backend(device()).copy(out, *this);
+Tensor to(const Tensor& x, DType dtype) {
+  if (dtype == x.dtype()) return x;
+  Tensor out = empty(x.shape(), TensorOptions(dtype).device(x.device()));
+  if (x.numel()) backend(x.device()).copy(out, x);
   return out;
 }
 
-Tensor Tensor::to(Device device) const {
-  if (device == this->device()) return *this;
-  Tensor src = contiguous();
-  Tensor out = empty(shape(), TensorOptions(dtype()).device(device));
+Tensor to(const Tensor& x, Device device) {
+  if (device == x.device()) return x;
+  Tensor src = contiguous(x);
+  Tensor out = empty(x.shape(), TensorOptions(x.dtype()).device(device));
   // The non-CPU side's backend knows how to move bytes across.
-  DeviceBackend& b = backend(device.is_cpu() ? this->device() : device);
-  b.copy_bytes(out.data_ptr(), device, src.data_ptr(), this->device(), nbytes());
+  DeviceBackend& b = backend(device.is_cpu() ? x.device() : device);
+  b.copy_bytes(out.data_ptr(), device, src.data_ptr(), x.device(), x.nbytes());
   return out;
 }
 
-Tensor Tensor::to(Device device, DType dtype) const {
+Tensor to(const Tensor& x, Device device, DType dtype) {
   // Convert where the data is smaller: narrow before moving, widen after.
-  if (mixtape::itemsize(dtype) <= itemsize()) return to(dtype).to(device);
-  return to(device).to(dtype);
+  if (mixtape::itemsize(dtype) <= x.itemsize()) return to(to(x, dtype), device);
+  return to(to(x, device), dtype);
 }
 
-Tensor& Tensor::copy_(const Tensor& src_in) {
+void copy_(const Tensor& dst, const Tensor& src_in) {
   MT_CHECK(src_in.defined(), "copy_: the source tensor is undefined");
-  Tensor src = src_in.expand(shape());
-  if (src.device() != device()) src = src.contiguous().to(device());
+  Tensor src = expand(src_in, dst.shape());
+  if (src.device() != dst.device()) src = to(contiguous(src), dst.device());
   // Same storage: the source might be overwritten while it is read.
-  if (src.storage() == storage()) src = src.clone();
-  if (numel()) backend(device()).copy(*this, src);
-  bump_version();
-  return *this;
+  if (src.storage() == dst.storage()) src = clone(src);
+  if (dst.numel()) backend(dst.device()).copy(dst, src);
+  dst.bump_version();
 }
 
-Tensor& Tensor::fill_(double value) {
-  if (numel()) backend(device()).fill(*this, value);
-  bump_version();
-  return *this;
+void fill_(const Tensor& dst, double value) {
+  if (dst.numel()) backend(dst.device()).fill(dst, value);
+  dst.bump_version();
 }
+
+}  // namespace raw
 
 // ---- element access -----------------------------------------------------------------
 
@@ -326,7 +296,7 @@ template <class T>
 T Tensor::item() const {
   MT_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements cannot be converted to a scalar (shape ",
            shape(), ")");
-  Tensor c = device().is_cpu() ? *this : to(Device::cpu());
+  Tensor c = raw::to(*this, Device::cpu());
   return read_element<T>(c, c.storage_offset());
 }
 
@@ -335,14 +305,14 @@ T Tensor::at(std::initializer_list<int64_t> index) const {
   MT_CHECK(static_cast<int64_t>(index.size()) == dim(), "at: got ", index.size(), " indices for a tensor of shape ",
            shape());
   Tensor v = *this;
-  for (int64_t i : index) v = v.select(0, i);
-  if (!v.device().is_cpu()) v = v.to(Device::cpu());
+  for (int64_t i : index) v = raw::select(v, 0, i);
+  v = raw::to(v, Device::cpu());
   return read_element<T>(v, v.storage_offset());
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  Tensor c = to(Device::cpu(), dtype_v<T>).contiguous();
+  Tensor c = raw::contiguous(raw::to(*this, Device::cpu(), dtype_v<T>));
   std::vector<T> out(static_cast<size_t>(c.numel()));
   if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs bits: copy one by one
     const bool* p = static_cast<const bool*>(c.data_ptr());
@@ -357,8 +327,8 @@ void Tensor::set(std::initializer_list<int64_t> index, double value) {
   MT_CHECK(static_cast<int64_t>(index.size()) == dim(), "set: got ", index.size(), " indices for a tensor of shape ",
            shape());
   Tensor v = *this;
-  for (int64_t i : index) v = v.select(0, i);
-  v.fill_(value);
+  for (int64_t i : index) v = raw::select(v, 0, i);
+  raw::fill_(v, value);
 }
 
 #define MT_INSTANTIATE_ACCESS(T)                                      \
@@ -380,9 +350,9 @@ MT_INSTANTIATE_ACCESS(bool)
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
   constexpr int64_t kShown = 8;
-  Tensor flat = t.reshape({-1});
+  Tensor flat = raw::reshape(t, {-1});
   int64_t n = std::min(flat.numel(), kShown);
-  std::vector<double> values = flat.slice(0, 0, n).to_vector<double>();
+  std::vector<double> values = raw::slice(flat, 0, 0, n).to_vector<double>();
   std::ostringstream vs;
   vs << std::setprecision(6);
   vs << '[';
@@ -407,7 +377,11 @@ Tensor empty(const Shape& shape, TensorOptions options) {
   return Tensor(std::move(impl));
 }
 
-Tensor full(const Shape& shape, double value, TensorOptions options) { return empty(shape, options).fill_(value); }
+Tensor full(const Shape& shape, double value, TensorOptions options) {
+  Tensor t = empty(shape, options);
+  raw::fill_(t, value);
+  return t;
+}
 Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
 Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
@@ -438,7 +412,7 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptio
   } else if (!values.empty()) {
     std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
   }
-  return host.to(options.device(), options.dtype());
+  return raw::to(host, options.device(), options.dtype());
 }
 
 template Tensor from_vector(const std::vector<double>&, const Shape&, TensorOptions);

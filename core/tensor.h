@@ -90,7 +90,7 @@ class Tensor {
     return static_cast<T*>(data_ptr());
   }
 
-  // ---- views (share storage) -------------------------------------------------
+  // ---- views (share storage; differentiable, defined in ops/views.cpp) ---------------
   /// A view with `shape` (one dim may be -1); throws when the strides do not allow it.
   Tensor view(const Shape& shape) const;
   /// A view when the strides allow it, a contiguous copy otherwise.
@@ -111,22 +111,40 @@ class Tensor {
   Tensor squeeze() const;
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
-  /// A view with new shape/strides/offset over the same storage (bounds-checked).
-  Tensor as_strided(const Shape& shape, const Shape& strides, int64_t offset) const;
 
-  // ---- copies -----------------------------------------------------------------
+  // ---- copies (differentiable, defined in ops/views.cpp and autograd/cast.cpp) ----------
   /// This tensor if contiguous, else a contiguous copy.
   Tensor contiguous() const;
   Tensor clone() const;
+  /// A cast; its gradient is a cast back. Returns this tensor when the dtype is already `dtype`.
   Tensor to(DType dtype) const;
   Tensor to(Device device) const;
   Tensor to(Device device, DType dtype) const;
   Tensor cpu() const { return to(Device::cpu()); }
   Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+
+  // ---- in-place writes (not recorded; refused on tensors that require grad while grad mode is on) ----
   /// Copies `src` (broadcast to this shape, any dtype or device) into this tensor. Overwrites.
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
+
+  // ---- autograd (defined in autograd/tensor_autograd.cpp) ---------------------------------
+  bool requires_grad() const;
+  /// Makes this leaf tensor record gradients (floating dtypes only).
+  Tensor& requires_grad_(bool requires_grad = true);
+  /// The accumulated gradient (undefined until a backward reaches this leaf).
+  const Tensor& grad() const;
+  /// Replaces the accumulated gradient (an undefined tensor clears it).
+  void set_grad(const Tensor& grad);
+  /// True for tensors no recorded op produced.
+  bool is_leaf() const;
+  /// Name of the op that produced this tensor ("" for leaves).
+  const char* grad_fn_name() const;
+  /// Accumulates d this / d leaf into every leaf's grad(); `gradient` defaults to 1 for one-element tensors.
+  void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
+  /// The same data with no autograd history.
+  Tensor detach() const;
 
   // ---- element access (for tests and small tools: each call may copy to the CPU) ----
   /// The value of a one-element tensor, converted to T.
@@ -182,5 +200,30 @@ Tensor tensor(std::initializer_list<T> values, TensorOptions options = TensorOpt
 }
 /// A 0-D tensor.
 Tensor scalar_tensor(double value, TensorOptions options = {});
+
+/// Views and copies without autograd: what core itself and the op layer's
+/// kernels use. User code wants the Tensor methods, which record on the tape.
+namespace raw {
+Tensor view(const Tensor& x, const Shape& shape);
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+Tensor permute(const Tensor& x, const Shape& dims);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+Tensor expand(const Tensor& x, const Shape& shape);
+Tensor squeeze(const Tensor& x);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+/// A view with new shape/strides/offset over the same storage (bounds-checked).
+Tensor as_strided(const Tensor& x, const Shape& shape, const Shape& strides, int64_t offset);
+Tensor contiguous(const Tensor& x);
+Tensor clone(const Tensor& x);
+Tensor to(const Tensor& x, DType dtype);
+Tensor to(const Tensor& x, Device device);
+Tensor to(const Tensor& x, Device device, DType dtype);
+/// dst = src broadcast to dst's shape, converting dtype and device; bumps dst's version.
+void copy_(const Tensor& dst, const Tensor& src);
+void fill_(const Tensor& dst, double value);
+}  // namespace raw
 
 }  // namespace mixtape

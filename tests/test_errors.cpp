@@ -99,7 +99,7 @@ BOOST_AUTO_TEST_CASE(undefined_tensor) {
 }
 
 BOOST_AUTO_TEST_CASE(as_strided_out_of_bounds) {
-  expect_error([] { mt::zeros({4}).as_strided({3}, {2}, 0); }, {"as_strided", "element 4", "4 elements"});
+  expect_error([] { mt::raw::as_strided(mt::zeros({4}), {3}, {2}, 0); }, {"as_strided", "element 4", "4 elements"});
 }
 
 BOOST_AUTO_TEST_CASE(cuda_device_when_unavailable) {

@@ -1,0 +1,75 @@
+// autograd/tensor_autograd.cpp — the autograd methods of Tensor, and the
+// in-place writes that must not silently corrupt a recorded graph.
+#include <mixtape/autograd/function.h>
+
+namespace mixtape {
+
+namespace {
+
+AutogradMeta& ensure_meta(const Tensor& t) {
+  auto& m = t.impl()->autograd;
+  if (!m) m = std::make_shared<AutogradMeta>();
+  return *m;
+}
+
+void check_inplace_allowed(const Tensor& t, const char* op) {
+  MT_CHECK(!(t.requires_grad() && autograd::grad_enabled()), op, ": a tensor that requires grad (shape ", t.shape(),
+           ", ", t.dtype(), ") cannot be modified in place while grad mode is on; use NoGradGuard (as optimizers do) "
+           "or detach()");
+}
+
+}  // namespace
+
+bool Tensor::requires_grad() const { return autograd::detail::requires_grad(*this); }
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  MT_CHECK(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad; this one was produced by ",
+           grad_fn_name(), " (use detach() for a leaf copy)");
+  MT_CHECK(!requires_grad || is_floating(dtype()), "requires_grad_: only floating tensors can require grad, got ",
+           dtype(), " (shape ", shape(), ")");
+  ensure_meta(*this).requires_grad = requires_grad;
+  return *this;
+}
+
+const Tensor& Tensor::grad() const {
+  static const Tensor kUndefined;
+  const AutogradMeta* m = impl()->autograd.get();
+  return m ? m->grad : kUndefined;
+}
+
+void Tensor::set_grad(const Tensor& grad) {
+  MT_CHECK(!grad.defined() || grad.shape() == shape(), "set_grad: gradient of shape ", grad.shape(),
+           " for a tensor of shape ", shape());
+  ensure_meta(*this).grad = grad;
+}
+
+bool Tensor::is_leaf() const { return !autograd::detail::has_grad_fn(*this); }
+
+const char* Tensor::grad_fn_name() const {
+  const AutogradMeta* m = impl()->autograd.get();
+  return m && m->grad_fn ? m->grad_fn->name() : "";
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  autograd::backward({*this}, {gradient}, retain_graph);
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>(*this->impl());
+  impl->autograd.reset();
+  return Tensor(std::move(impl));
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace_allowed(*this, "copy_");
+  raw::copy_(*this, src);
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  check_inplace_allowed(*this, "fill_");
+  raw::fill_(*this, value);
+  return *this;
+}
+
+}  // namespace mixtape

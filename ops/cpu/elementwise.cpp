@@ -1,0 +1,159 @@
+// ops/cpu/elementwise.cpp — unary, binary, scalar and where kernels on the CPU.
+//
+// One loop serves them all: `map` expands the inputs to the output's shape
+// (broadcast dims get stride 0), coalesces the K = 1 + inputs operands with
+// make_strided_layout, cuts [0, numel) into fixed chunks for OpenMP and hands
+// each run along the innermost dim to a tight loop; the loop where every
+// operand is contiguous is a plain indexed loop the compiler vectorises. The
+// arithmetic itself is ops/scalar_math.h, shared with the CUDA kernels: load
+// T, compute in opmath_t<T>, store T with one rounding (convert<T>).
+// Outputs are freshly allocated and overwritten.
+#include <mixtape/ops/cpu/cpu_kernels.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <mixtape/core/strided_loop.h>
+#include <mixtape/ops/scalar_math.h>
+
+namespace mixtape::kernels::cpu {
+
+namespace {
+
+// Elements per OpenMP work item: big enough to amortise the scheduling, small
+// enough that a 1M-element op still spreads over every core.
+constexpr int64_t kGrain = 32768;
+
+/// Calls `run` on every run of L's index space, over fixed chunks of kGrain
+/// elements in parallel when there are at least two chunks.
+template <int K, class Run>
+void parallel_runs(const StridedLayout<K>& L, const std::array<char*, K>& base, const Run& run) {
+  const int64_t numel = L.numel;
+  if (numel < 2 * kGrain) {
+    for_each_run<K>(L, base, 0, numel, run);
+    return;
+  }
+  const int64_t chunks = (numel + kGrain - 1) / kGrain;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) for_each_run<K>(L, base, c * kGrain, std::min(numel, (c + 1) * kGrain), run);
+}
+
+template <class Out, class... In, class F, size_t... I>
+void map_impl(const Tensor& out, const std::array<Tensor, sizeof...(In)>& in, const F& f, std::index_sequence<I...>) {
+  constexpr int K = 1 + sizeof...(In);
+  const auto L = make_strided_layout<K>(out.shape(), {&out.strides(), &in[I].strides()...},
+                                        {static_cast<int64_t>(sizeof(Out)), static_cast<int64_t>(sizeof(In))...});
+  const std::array<char*, K> base{static_cast<char*>(out.data_ptr()), static_cast<char*>(in[I].data_ptr())...};
+  auto run = [&f](const std::array<char*, K>& p, const std::array<int64_t, K>& s, int64_t n) {
+    const bool contiguous = ((s[0] == static_cast<int64_t>(sizeof(Out))) && ... &&
+                             (s[I + 1] == static_cast<int64_t>(sizeof(In))));
+    if (contiguous) {
+      // Typed local pointers: no aliasing through the pointer array, so the loop vectorises.
+      Out* o = reinterpret_cast<Out*>(p[0]);
+      const std::tuple<const In*...> q{reinterpret_cast<const In*>(p[I + 1])...};
+      for (int64_t i = 0; i < n; ++i) o[i] = f(std::get<I>(q)[i]...);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const In*>(p[I + 1] + i * s[I + 1])...);
+    }
+  };
+  parallel_runs<K>(L, base, run);
+}
+
+/// out[i] = f(in_0[i], ..., in_{N-1}[i]) for every index of out's shape; each
+/// input already has that shape (expand it first). Overwrites out.
+template <class Out, class... In, class F>
+void map(const Tensor& out, const std::array<Tensor, sizeof...(In)>& in, const F& f) {
+  if (out.numel() == 0) return;
+  map_impl<Out, In...>(out, in, f, std::index_sequence_for<In...>{});
+}
+
+// One instantiation per (op, dtype); the op is a template argument, so each
+// loop is compiled with its formula inlined.
+
+template <UnaryOp kOp, class T>
+void unary_kernel(const Tensor& y, const Tensor& x) {
+  using M = opmath_t<T>;
+  if constexpr (math::is_floating_v<T> || (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>)) {
+    map<T, T>(y, {x}, [](T v) { return convert<T>(math::unary_op<kOp>(static_cast<M>(v))); });
+  } else {
+    MT_ERROR(name(kOp), ": not defined for dtype ", x.dtype(), " (shape ", x.shape(), ")");
+  }
+}
+
+template <BinaryOp kOp, class T>
+void binary_kernel(const Tensor& out, const std::array<Tensor, 2>& in) {
+  using M = opmath_t<T>;
+  if constexpr (math::is_comparison(kOp)) {
+    map<bool, T, T>(out, in, [](T u, T v) { return math::binary_op<kOp>(static_cast<M>(u), static_cast<M>(v)); });
+  } else if constexpr (math::is_floating_v<T> || (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>)) {
+    map<T, T, T>(out, in, [](T u, T v) {
+      return convert<T>(math::binary_op<kOp>(static_cast<M>(u), static_cast<M>(v)));
+    });
+  } else {
+    MT_ERROR(name(kOp), ": not defined for dtype ", in[0].dtype(), " (shapes ", in[0].shape(), " and ",
+             in[1].shape(), ")");
+  }
+}
+
+template <ScalarOp kOp, class T>
+void scalar_kernel(const Tensor& y, const Tensor& x, double s) {
+  using M = opmath_t<T>;
+  if constexpr (math::is_floating_v<T>) {
+    // Like PyTorch, the scalar is first converted to the opmath type.
+    const M sm = static_cast<M>(s);
+    map<T, T>(y, {x}, [sm](T v) { return convert<T>(math::scalar_op<kOp>(static_cast<M>(v), sm)); });
+  } else if constexpr (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>) {
+    // Validated integral; out-of-range values wrap like the arithmetic does.
+    const T si = static_cast<T>(static_cast<int64_t>(s));
+    map<T, T>(y, {x}, [si](T v) { return math::scalar_op<kOp>(v, si); });
+  } else {
+    MT_ERROR(name(kOp), ": not defined for dtype ", x.dtype(), " (shape ", x.shape(), ")");
+  }
+}
+
+}  // namespace
+
+Tensor unary(UnaryOp op, const Tensor& x) {
+  Tensor y = empty(x.shape(), x.dtype());
+  math::visit_op<UnaryOp, math::kNumUnaryOps>(op, [&](auto op_c) {
+    dispatch(x.dtype(), [&](auto tag) { unary_kernel<decltype(op_c)::value, typename decltype(tag)::type>(y, x); });
+  });
+  return y;
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name(op));
+  Tensor out = empty(shape, math::is_comparison(op) ? DType::kBool : a.dtype());
+  const std::array<Tensor, 2> in{raw::expand(a, shape), raw::expand(b, shape)};
+  math::visit_op<BinaryOp, math::kNumBinaryOps>(op, [&](auto op_c) {
+    dispatch(a.dtype(), [&](auto tag) { binary_kernel<decltype(op_c)::value, typename decltype(tag)::type>(out, in); });
+  });
+  return out;
+}
+
+Tensor scalar(ScalarOp op, const Tensor& x, double s) {
+  Tensor y = empty(x.shape(), x.dtype());
+  math::visit_op<ScalarOp, math::kNumScalarOps>(op, [&](auto op_c) {
+    dispatch(x.dtype(), [&](auto tag) { scalar_kernel<decltype(op_c)::value, typename decltype(tag)::type>(y, x, s); });
+  });
+  return y;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  const Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor out = empty(shape, a.dtype());
+  const std::array<Tensor, 3> in{raw::expand(cond, shape), raw::expand(a, shape), raw::expand(b, shape)};
+  // A selection moves bits: no arithmetic, no rounding, any dtype.
+  dispatch(a.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map<T, bool, T, T>(out, in, [](bool c, T u, T v) { return c ? u : v; });
+  });
+  return out;
+}
+
+}  // namespace mixtape::kernels::cpu

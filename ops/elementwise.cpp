@@ -1,0 +1,323 @@
+// ops/elementwise.cpp — arithmetic and activations: forward, backward and
+// precision category of each, side by side.
+//
+// Binary ops promote their inputs to the wider dtype and broadcast; their
+// backward sums the gradient back down to each input's shape (ops::sum_to).
+// Every backward computes in the dtype its forward ran in.
+#include <mixtape/autograd/function.h>
+#include <mixtape/ops/common.h>
+#include <mixtape/ops/ops.h>
+
+#include <cstring>
+
+namespace mixtape {
+
+using autograd::Grads;
+using kernels::BinaryOp;
+using kernels::ScalarOp;
+using kernels::UnaryOp;
+
+namespace {
+
+// ---- binary ---------------------------------------------------------------------------
+
+struct Add {
+  static constexpr const char* kName = "add";
+  static constexpr Precision kPrecision = Precision::kPromote;
+  struct Ctx : autograd::Ctx {
+    Shape a_shape, b_shape;
+  };
+  static Tensor forward(Ctx& ctx, const Tensor& a, const Tensor& b) {
+    ctx.a_shape = a.shape(), ctx.b_shape = b.shape();
+    return kernels::binary(BinaryOp::kAdd, a, b);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    return {ops::sum_to(dy, ctx.a_shape), ops::sum_to(dy, ctx.b_shape)};
+  }
+};
+MT_REGISTER_OP(Add);
+
+struct Sub {
+  static constexpr const char* kName = "sub";
+  static constexpr Precision kPrecision = Precision::kPromote;
+  struct Ctx : autograd::Ctx {
+    Shape a_shape, b_shape;
+  };
+  static Tensor forward(Ctx& ctx, const Tensor& a, const Tensor& b) {
+    ctx.a_shape = a.shape(), ctx.b_shape = b.shape();
+    return kernels::binary(BinaryOp::kSub, a, b);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    Tensor db = ctx.needs_input_grad(1) ? kernels::unary(UnaryOp::kNeg, ops::sum_to(dy, ctx.b_shape)) : Tensor();
+    return {ops::sum_to(dy, ctx.a_shape), db};
+  }
+};
+MT_REGISTER_OP(Sub);
+
+struct Mul {
+  static constexpr const char* kName = "mul";
+  static constexpr Precision kPrecision = Precision::kPromote;
+  struct Ctx : autograd::Ctx {
+    Shape a_shape, b_shape;
+  };
+  static Tensor forward(Ctx& ctx, const Tensor& a, const Tensor& b) {
+    ctx.a_shape = a.shape(), ctx.b_shape = b.shape();
+    // Each gradient needs the other input only.
+    ctx.save_for_backward(ctx.needs_input_grad(1) ? a : Tensor(), ctx.needs_input_grad(0) ? b : Tensor());
+    return kernels::binary(BinaryOp::kMul, a, b);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    // Product and broadcast-sum in opmath, so an f16 gradient is rounded once.
+    const DType t = ops::opmath_dtype(dy.dtype());
+    Tensor dy_t = raw::to(dy, t);
+    auto grad = [&](const Tensor& other, const Shape& shape) {
+      return raw::to(ops::sum_to(kernels::binary(BinaryOp::kMul, dy_t, raw::to(other, t)), shape), dy.dtype());
+    };
+    Tensor da, db;
+    if (ctx.needs_input_grad(0)) da = grad(ctx.saved(1), ctx.a_shape);
+    if (ctx.needs_input_grad(1)) db = grad(ctx.saved(0), ctx.b_shape);
+    return {da, db};
+  }
+};
+MT_REGISTER_OP(Mul);
+
+struct Div {
+  static constexpr const char* kName = "div";
+  static constexpr Precision kPrecision = Precision::kPromote;
+  using Ctx = autograd::Ctx;
+  static Tensor forward(Ctx& ctx, const Tensor& a, const Tensor& b) {
+    ctx.save_for_backward(a, b);
+    return kernels::binary(BinaryOp::kDiv, a, b);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    const Tensor& a = ctx.saved(0);
+    const Tensor& b = ctx.saved(1);
+    Tensor da, db;
+    // In opmath, so an f16 gradient is rounded once (after the broadcast sum too).
+    const DType t = ops::opmath_dtype(dy.dtype());
+    Tensor b32 = raw::to(b, t);
+    if (ctx.needs_input_grad(0))
+      da = raw::to(ops::sum_to(kernels::binary(BinaryOp::kDiv, raw::to(dy, t), b32), a.shape()), dy.dtype());
+    if (ctx.needs_input_grad(1)) {  // d(a/b)/db = -dy·a / b²
+      Tensor q = kernels::binary(BinaryOp::kDiv, kernels::binary(BinaryOp::kMul, raw::to(dy, t), raw::to(a, t)),
+                                 kernels::binary(BinaryOp::kMul, b32, b32));
+      db = raw::to(ops::sum_to(kernels::unary(UnaryOp::kNeg, q), b.shape()), dy.dtype());
+    }
+    return {da, db};
+  }
+};
+MT_REGISTER_OP(Div);
+
+// ---- with a scalar ------------------------------------------------------------------------
+// The scalar is a double applied in opmath (f32 for f16/bf16), never rounded to x's dtype first.
+
+struct AddScalar {
+  static constexpr const char* kName = "add_scalar";
+  static constexpr Precision kPrecision = Precision::kPassthrough;
+  using Ctx = autograd::Ctx;
+  static Tensor forward(Ctx&, const Tensor& x, double s) { return kernels::scalar(ScalarOp::kAdd, x, s); }
+  static Grads backward(Ctx&, const Tensor& dy) { return {dy}; }
+};
+MT_REGISTER_OP(AddScalar);
+
+struct MulScalar {
+  static constexpr const char* kName = "mul_scalar";
+  static constexpr Precision kPrecision = Precision::kPassthrough;
+  struct Ctx : autograd::Ctx {
+    double s = 1;
+  };
+  static Tensor forward(Ctx& ctx, const Tensor& x, double s) {
+    ctx.s = s;
+    return kernels::scalar(ScalarOp::kMul, x, s);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) { return {kernels::scalar(ScalarOp::kMul, dy, ctx.s)}; }
+};
+MT_REGISTER_OP(MulScalar);
+
+struct DivScalar {
+  static constexpr const char* kName = "div_scalar";
+  static constexpr Precision kPrecision = Precision::kPassthrough;
+  struct Ctx : autograd::Ctx {
+    double s = 1;
+  };
+  static Tensor forward(Ctx& ctx, const Tensor& x, double s) {
+    ctx.s = s;
+    return kernels::scalar(ScalarOp::kDiv, x, s);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) { return {kernels::scalar(ScalarOp::kDiv, dy, ctx.s)}; }
+};
+MT_REGISTER_OP(DivScalar);
+
+struct Pow {
+  static constexpr const char* kName = "pow";
+  static constexpr Precision kPrecision = Precision::kFp32;  // x^p overflows f16 quickly
+  struct Ctx : autograd::Ctx {
+    double exponent = 1;
+  };
+  static Tensor forward(Ctx& ctx, const Tensor& x, double exponent) {
+    ctx.exponent = exponent;
+    ctx.save_for_backward(x);
+    return kernels::scalar(ScalarOp::kPow, x, exponent);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    if (ctx.exponent == 0) return {zeros_like(dy)};
+    // d x^p / dx = p x^(p-1), in opmath and rounded once
+    const DType t = ops::opmath_dtype(dy.dtype());
+    Tensor d = kernels::scalar(ScalarOp::kMul, kernels::scalar(ScalarOp::kPow, raw::to(ctx.saved(0), t),
+                                                               ctx.exponent - 1), ctx.exponent);
+    return {raw::to(kernels::binary(BinaryOp::kMul, raw::to(dy, t), d), dy.dtype())};
+  }
+};
+MT_REGISTER_OP(Pow);
+
+// ---- unary --------------------------------------------------------------------------------
+
+struct Neg {
+  static constexpr const char* kName = "neg";
+  static constexpr Precision kPrecision = Precision::kPassthrough;
+  using Ctx = autograd::Ctx;
+  static Tensor forward(Ctx&, const Tensor& x) { return kernels::unary(UnaryOp::kNeg, x); }
+  static Grads backward(Ctx&, const Tensor& dy) { return {kernels::unary(UnaryOp::kNeg, dy)}; }
+};
+MT_REGISTER_OP(Neg);
+
+struct Exp {
+  static constexpr const char* kName = "exp";
+  static constexpr Precision kPrecision = Precision::kFp32;  // exp(12) already overflows f16
+  using Ctx = autograd::Ctx;
+  static Tensor forward(Ctx& ctx, const Tensor& x) {
+    Tensor y = kernels::unary(UnaryOp::kExp, x);
+    ctx.save_for_backward(y);
+    return y;
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) { return {kernels::binary(BinaryOp::kMul, dy, ctx.saved(0))}; }
+};
+MT_REGISTER_OP(Exp);
+
+struct Log {
+  static constexpr const char* kName = "log";
+  static constexpr Precision kPrecision = Precision::kFp32;  // f16 loses log's small differences near 1
+  using Ctx = autograd::Ctx;
+  static Tensor forward(Ctx& ctx, const Tensor& x) {
+    ctx.save_for_backward(x);
+    return kernels::unary(UnaryOp::kLog, x);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) { return {kernels::binary(BinaryOp::kDiv, dy, ctx.saved(0))}; }
+};
+MT_REGISTER_OP(Log);
+
+struct Sqrt {
+  static constexpr const char* kName = "sqrt";
+  static constexpr Precision kPrecision = Precision::kPassthrough;  // no overflow: safe in f16 (PyTorch lists it nowhere)
+  using Ctx = autograd::Ctx;
+  static Tensor forward(Ctx& ctx, const Tensor& x) {
+    Tensor y = kernels::unary(UnaryOp::kSqrt, x);
+    ctx.save_for_backward(y);
+    return y;
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {  // d sqrt(x) = 1 / (2 sqrt(x))
+    return {kernels::binary(BinaryOp::kDiv, kernels::scalar(ScalarOp::kMul, dy, 0.5), ctx.saved(0))};
+  }
+};
+MT_REGISTER_OP(Sqrt);
+
+struct Relu {
+  static constexpr const char* kName = "relu";
+  static constexpr Precision kPrecision = Precision::kPassthrough;
+  using Ctx = autograd::Ctx;
+  static Tensor forward(Ctx& ctx, const Tensor& x) {
+    ctx.save_for_backward(x);
+    return kernels::unary(UnaryOp::kRelu, x);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    return {kernels::binary(BinaryOp::kReluBackward, dy, ctx.saved(0))};
+  }
+};
+MT_REGISTER_OP(Relu);
+
+struct Gelu {
+  static constexpr const char* kName = "gelu";
+  static constexpr Precision kPrecision = Precision::kFp32;  // tanh/erf overflow in f16
+  struct Ctx : autograd::Ctx {
+    bool tanh_approximation = false;
+  };
+  static Tensor forward(Ctx& ctx, const Tensor& x, bool tanh_approximation) {
+    ctx.tanh_approximation = tanh_approximation;
+    ctx.save_for_backward(x);
+    return kernels::unary(tanh_approximation ? UnaryOp::kGeluTanh : UnaryOp::kGelu, x);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    BinaryOp op = ctx.tanh_approximation ? BinaryOp::kGeluTanhBackward : BinaryOp::kGeluBackward;
+    return {kernels::binary(op, dy, ctx.saved(0))};
+  }
+};
+MT_REGISTER_OP(Gelu);
+
+struct Sigmoid {
+  static constexpr const char* kName = "sigmoid";
+  static constexpr Precision kPrecision = Precision::kPassthrough;  // bounded output, stable formula
+  using Ctx = autograd::Ctx;
+  static Tensor forward(Ctx& ctx, const Tensor& x) {
+    Tensor y = kernels::unary(UnaryOp::kSigmoid, x);
+    ctx.save_for_backward(y);
+    return y;
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    return {kernels::binary(BinaryOp::kSigmoidBackward, dy, ctx.saved(0))};
+  }
+};
+MT_REGISTER_OP(Sigmoid);
+
+struct Tanh {
+  static constexpr const char* kName = "tanh";
+  static constexpr Precision kPrecision = Precision::kPassthrough;  // bounded output
+  using Ctx = autograd::Ctx;
+  static Tensor forward(Ctx& ctx, const Tensor& x) {
+    Tensor y = kernels::unary(UnaryOp::kTanh, x);
+    ctx.save_for_backward(y);
+    return y;
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    return {kernels::binary(BinaryOp::kTanhBackward, dy, ctx.saved(0))};
+  }
+};
+MT_REGISTER_OP(Tanh);
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return autograd::apply<Add>(a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return autograd::apply<Sub>(a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return autograd::apply<Mul>(a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return autograd::apply<Div>(a, b); }
+Tensor add(const Tensor& a, double b) { return autograd::apply<AddScalar>(a, b); }
+Tensor mul(const Tensor& a, double b) { return autograd::apply<MulScalar>(a, b); }
+Tensor neg(const Tensor& x) { return autograd::apply<Neg>(x); }
+Tensor pow(const Tensor& x, double exponent) { return autograd::apply<Pow>(x, exponent); }
+Tensor exp(const Tensor& x) { return autograd::apply<Exp>(x); }
+Tensor log(const Tensor& x) { return autograd::apply<Log>(x); }
+Tensor sqrt(const Tensor& x) { return autograd::apply<Sqrt>(x); }
+Tensor relu(const Tensor& x) { return autograd::apply<Relu>(x); }
+Tensor sigmoid(const Tensor& x) { return autograd::apply<Sigmoid>(x); }
+Tensor tanh(const Tensor& x) { return autograd::apply<Tanh>(x); }
+
+Tensor gelu(const Tensor& x, const char* approximate) {
+  bool is_tanh = std::strcmp(approximate, "tanh") == 0;
+  MT_CHECK(is_tanh || std::strcmp(approximate, "none") == 0, "gelu: approximate must be \"none\" or \"tanh\", got \"",
+           approximate, "\"");
+  return autograd::apply<Gelu>(x, is_tanh);
+}
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+Tensor operator+(double a, const Tensor& b) { return add(b, a); }
+Tensor operator-(const Tensor& a, double b) { return add(a, -b); }
+Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+Tensor operator/(const Tensor& a, double b) { return autograd::apply<DivScalar>(a, b); }
+
+}  // namespace mixtape

@@ -1,0 +1,272 @@
+// ops/loss.cpp — cross_entropy, nll_loss and mse_loss: forward, backward and precision category.
+//
+// The one design idea: a loss is one node, whatever it is made of. The
+// forward composes kernels (fused log_softmax, gather, reductions) in an
+// accumulator dtype A — f32, or f64 for f64 inputs — and rounds the loss
+// once to the input's dtype; the backward is the closed form (softmax minus
+// the smoothed one-hot, times the reduction's scale) rather than the tape of
+// the pieces. So f16 logits passed outside autocast still get f32 statistics.
+//
+// Class targets follow PyTorch: i64 indices, ignore_index rows contribute 0
+// and are left out of the mean's count (a mean over no counted row is NaN).
+#include <mixtape/autograd/function.h>
+#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/ops.h>
+
+namespace mixtape {
+
+using autograd::Grads;
+using kernels::BinaryOp;
+using kernels::ReduceOp;
+using kernels::ScalarOp;
+
+namespace {
+
+DType acc_dtype(DType t) { return t == DType::kF64 ? DType::kF64 : DType::kF32; }
+
+Tensor scalar_like(double v, DType dtype, Device device) {
+  return scalar_tensor(v, TensorOptions(dtype).device(device));
+}
+
+// ---- class-index targets (cross_entropy, nll_loss) ------------------------------------------
+
+/// The shapes of a (N, C, d1, ...) input and its (N, d1, ...) target; an
+/// unbatched (C) input with a 0-d target is handled as N = 1.
+struct ClassShapes {
+  Shape input_shape, target_shape;  // as given
+  Shape batched_input;              // (N, C, d1, ...)
+  Shape batched_target;             // (N, d1, ...)
+  int64_t C = 0;
+};
+
+/// Checks input (floating), target (i64, the input's shape without dim 1) and
+/// every class index (in [0, C) or ignore_index); errors name `op`.
+ClassShapes check_class_target(const char* op, const Tensor& input, const Tensor& target, int64_t ignore_index) {
+  MT_CHECK(input.defined() && target.defined(), op, ": input and target must be defined tensors");
+  MT_CHECK(is_floating(input.dtype()), op, ": expected a floating input (f64, f32, f16, bf16), got ", input.dtype(),
+           " (shape ", input.shape(), ")");
+  MT_CHECK(target.dtype() == DType::kI64, op, ": target must hold class indices as i64, got ", target.dtype(),
+           " (shape ", target.shape(), "); class-probability targets are not supported");
+  MT_CHECK(input.device() == target.device(), op, ": input and target must be on the same device, got ",
+           input.device(), " and ", target.device());
+  MT_CHECK(input.dim() >= 1, op, ": expected an input of shape (N, C, d1, ...) or (C), got shape ", input.shape());
+  ClassShapes s;
+  s.input_shape = input.shape();
+  s.target_shape = target.shape();
+  s.batched_input = input.shape();
+  if (input.dim() == 1) s.batched_input.insert(0, 1);
+  s.C = s.batched_input[1];
+  Shape expected = s.batched_input;
+  expected.erase(1);
+  s.batched_target = expected;
+  if (input.dim() == 1) expected = Shape{};
+  MT_CHECK(target.shape() == expected, op, ": target of shape ", target.shape(), " does not match input of shape ",
+           input.shape(), " (expected target shape ", expected, ": the input's shape without the class dim)");
+
+  // The CPU checks values here; a device backend checks them in its gather
+  // kernel instead, so a training step never waits for the host.
+  if (target.device().is_cpu()) {
+    const Tensor t = raw::contiguous(target);
+    const int64_t* p = t.data<int64_t>();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      MT_CHECK(p[i] == ignore_index || (p[i] >= 0 && p[i] < s.C), op, ": target value ", p[i],
+               " (at flat position ", i, ") is out of range for ", s.C, " classes; expected a class index in [0, ",
+               s.C, ") or ignore_index ", ignore_index, " (input shape ", input.shape(), ")");
+  }
+  return s;
+}
+
+/// Which rows count, and where their class is: everything a class loss
+/// needs from the target, on the input's device.
+struct Targets {
+  Tensor valid;  // (N, d1, ...) bool: target != ignore_index
+  Tensor index;  // (N, 1, d1, ...) i64: the target with ignored rows sent to class 0
+  Tensor count;  // 0-d, A: number of valid rows (the mean's divisor)
+};
+
+Targets make_targets(const Tensor& target, const ClassShapes& s, int64_t ignore_index, DType A) {
+  const Device dev = target.device();
+  const Tensor t = raw::reshape(target, s.batched_target);
+  Targets r;
+  r.valid = kernels::binary(BinaryOp::kNe, t, scalar_like(static_cast<double>(ignore_index), DType::kI64, dev));
+  r.index = raw::unsqueeze(kernels::where(r.valid, t, scalar_like(0, DType::kI64, dev)), 1);
+  r.count = kernels::reduce(ReduceOp::kSum, r.valid, {}, false, A);
+  return r;
+}
+
+/// Per-row losses (A, ignored rows already 0) reduced as asked.
+Tensor reduce_loss(const Tensor& per_row, Reduction reduction, const Tensor& count) {
+  switch (reduction) {
+    case Reduction::kNone: return per_row;
+    case Reduction::kSum: return kernels::reduce(ReduceOp::kSum, per_row, {}, false);
+    case Reduction::kMean:
+      return kernels::binary(BinaryOp::kDiv, kernels::reduce(ReduceOp::kSum, per_row, {}, false), count);
+  }
+  MT_ERROR("loss: unknown reduction ", static_cast<int>(reduction));
+}
+
+/// d loss / d per-row loss (A, (N, d1, ...)): dy, dy, or dy / count by
+/// reduction, and 0 on ignored rows.
+Tensor row_scale(const Tensor& dy, Reduction reduction, const Targets& t, const Shape& batched_target, DType A) {
+  Tensor w = raw::to(dy, A);
+  if (reduction == Reduction::kNone) w = raw::reshape(w, batched_target);
+  if (reduction == Reduction::kMean) w = kernels::binary(BinaryOp::kDiv, w, t.count);
+  return kernels::where(t.valid, w, scalar_like(0, A, dy.device()));
+}
+
+// ---- the ops ----------------------------------------------------------------------------
+
+struct CrossEntropy {
+  static constexpr const char* kName = "cross_entropy";
+  static constexpr Precision kPrecision = Precision::kFp32;  // log-sum-exp of logits needs f32
+  struct Ctx : autograd::Ctx {
+    ClassShapes shapes;
+    Reduction reduction = Reduction::kMean;
+    double smoothing = 0;
+    DType input_dtype = DType::kF32;
+  };
+  // loss_i = −(1 − ε) · log p[target_i] − ε · mean_c log p_c   (0 for ignored rows)
+  static Tensor forward(Ctx& ctx, const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+    ctx.shapes = check_class_target(kName, logits, target, o.ignore_index);
+    MT_CHECK(o.label_smoothing >= 0 && o.label_smoothing <= 1, kName, ": label_smoothing must be in [0, 1], got ",
+             o.label_smoothing);
+    ctx.reduction = o.reduction;
+    ctx.smoothing = o.label_smoothing;
+    ctx.input_dtype = logits.dtype();
+    const DType A = acc_dtype(logits.dtype());
+    const double eps = o.label_smoothing, C = static_cast<double>(ctx.shapes.C);
+
+    const Targets t = make_targets(target, ctx.shapes, o.ignore_index, A);
+    // Fused log_softmax with statistics in f32 (f64), written in A: nothing rounds to f16.
+    const Tensor lsm = kernels::softmax(raw::reshape(logits, ctx.shapes.batched_input), 1, /*log=*/true, A);
+    Tensor term = raw::squeeze(kernels::gather(lsm, 1, t.index), 1);  // log p[target]
+    if (eps != 1) term = kernels::scalar(ScalarOp::kMul, term, 1 - eps);
+    else term = zeros_like(term);
+    if (eps > 0) {
+      const int64_t class_dim[] = {1};
+      const Tensor sum_c = kernels::reduce(ReduceOp::kSum, lsm, class_dim, false);  // Σ_c log p_c
+      term = kernels::binary(BinaryOp::kAdd, term, kernels::scalar(ScalarOp::kMul, sum_c, eps / C));
+    }
+    // where, not a multiply: an ignored row with −inf logits must give 0, not NaN.
+    const Tensor per_row =
+        kernels::where(t.valid, kernels::unary(kernels::UnaryOp::kNeg, term), scalar_like(0, A, logits.device()));
+    ctx.save_for_backward(lsm, t.valid, t.index, t.count);
+
+    Tensor loss = reduce_loss(per_row, o.reduction, t.count);
+    if (o.reduction == Reduction::kNone) loss = raw::reshape(loss, ctx.shapes.target_shape);
+    return raw::to(loss, logits.dtype());  // the one rounding to the input dtype
+  }
+  // d loss_i / d logits = (softmax − (1 − ε) · one_hot(target) − ε / C) · scale_i
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    const Tensor& lsm = ctx.saved(0);
+    const Targets t{ctx.saved(1), ctx.saved(2), ctx.saved(3)};
+    const DType A = lsm.dtype();
+    const double eps = ctx.smoothing, C = static_cast<double>(ctx.shapes.C);
+    Tensor g = kernels::unary(kernels::UnaryOp::kExp, lsm);
+    if (eps > 0) g = kernels::scalar(ScalarOp::kAdd, g, -eps / C);
+    if (eps != 1) {
+      const Tensor hot = full(t.index.shape(), -(1 - eps), TensorOptions(A).device(lsm.device()));
+      g = kernels::binary(BinaryOp::kAdd, g, kernels::scatter_add(lsm.shape(), 1, t.index, hot));
+    }
+    const Tensor w = row_scale(dy, ctx.reduction, t, ctx.shapes.batched_target, A);
+    const Tensor dx = kernels::binary(BinaryOp::kMul, g, raw::unsqueeze(w, 1));
+    return {raw::to(raw::reshape(dx, ctx.shapes.input_shape), ctx.input_dtype), Tensor()};
+  }
+};
+MT_REGISTER_OP(CrossEntropy);
+
+struct NllLoss {
+  static constexpr const char* kName = "nll_loss";
+  static constexpr Precision kPrecision = Precision::kFp32;
+  struct Ctx : autograd::Ctx {
+    ClassShapes shapes;
+    Reduction reduction = Reduction::kMean;
+    DType input_dtype = DType::kF32;
+  };
+  // loss_i = −log_probs[i, target_i]   (0 for ignored rows)
+  static Tensor forward(Ctx& ctx, const Tensor& log_probs, const Tensor& target, const NllLossOptions& o) {
+    ctx.shapes = check_class_target(kName, log_probs, target, o.ignore_index);
+    ctx.reduction = o.reduction;
+    ctx.input_dtype = log_probs.dtype();
+    const DType A = acc_dtype(log_probs.dtype());
+    const Targets t = make_targets(target, ctx.shapes, o.ignore_index, A);
+    const Tensor lp = raw::reshape(log_probs, ctx.shapes.batched_input);
+    const Tensor picked = raw::to(raw::squeeze(kernels::gather(lp, 1, t.index), 1), A);  // exact: a copy
+    const Tensor per_row =
+        kernels::where(t.valid, kernels::unary(kernels::UnaryOp::kNeg, picked), scalar_like(0, A, lp.device()));
+    ctx.save_for_backward(t.valid, t.index, t.count);
+
+    Tensor loss = reduce_loss(per_row, o.reduction, t.count);
+    if (o.reduction == Reduction::kNone) loss = raw::reshape(loss, ctx.shapes.target_shape);
+    return raw::to(loss, log_probs.dtype());
+  }
+  // d loss_i / d log_probs = −one_hot(target) · scale_i
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    const Targets t{ctx.saved(0), ctx.saved(1), ctx.saved(2)};
+    const DType A = acc_dtype(ctx.input_dtype);
+    const Tensor w = row_scale(dy, ctx.reduction, t, ctx.shapes.batched_target, A);
+    const Tensor dx = kernels::scatter_add(ctx.shapes.batched_input, 1, t.index,
+                                           raw::unsqueeze(kernels::unary(kernels::UnaryOp::kNeg, w), 1));
+    return {raw::to(raw::reshape(dx, ctx.shapes.input_shape), ctx.input_dtype), Tensor()};
+  }
+};
+MT_REGISTER_OP(NllLoss);
+
+struct MseLoss {
+  static constexpr const char* kName = "mse_loss";
+  static constexpr Precision kPrecision = Precision::kFp32;  // squares overflow f16 past 256
+  struct Ctx : autograd::Ctx {
+    Reduction reduction = Reduction::kMean;
+    DType input_dtype = DType::kF32, target_dtype = DType::kF32;
+  };
+  // loss_i = (input_i − target_i)²
+  static Tensor forward(Ctx& ctx, const Tensor& input, const Tensor& target, Reduction reduction) {
+    MT_CHECK(input.defined() && target.defined(), kName, ": input and target must be defined tensors");
+    MT_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()), kName,
+             ": expected floating input and target, got ", input.dtype(), " and ", target.dtype(), " (shapes ",
+             input.shape(), " and ", target.shape(), ")");
+    MT_CHECK(input.shape() == target.shape(), kName, ": input (shape ", input.shape(), ") and target (shape ",
+             target.shape(), ") must have the same shape");
+    ctx.reduction = reduction;
+    ctx.input_dtype = input.dtype();
+    ctx.target_dtype = target.dtype();
+    const DType out = promote_types(input.dtype(), target.dtype());
+    const DType A = acc_dtype(out);
+    const Tensor diff = kernels::binary(BinaryOp::kSub, raw::to(input, A), raw::to(target, A));
+    ctx.save_for_backward(diff);
+    const Tensor sq = kernels::binary(BinaryOp::kMul, diff, diff);
+    Tensor loss = reduction == Reduction::kNone ? sq
+                  : reduction == Reduction::kSum ? kernels::reduce(ReduceOp::kSum, sq, {}, false)
+                                                 : kernels::reduce(ReduceOp::kMean, sq, {}, false);
+    return raw::to(loss, out);
+  }
+  // d loss / d input = 2 · (input − target) · scale = −d loss / d target
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    const Tensor& diff = ctx.saved(0);
+    double factor = 2;
+    if (ctx.reduction == Reduction::kMean) factor /= static_cast<double>(diff.numel());
+    const Tensor w = kernels::scalar(ScalarOp::kMul, raw::to(dy, diff.dtype()), factor);
+    const Tensor g = kernels::binary(BinaryOp::kMul, diff, w);
+    Tensor dinput, dtarget;
+    if (ctx.needs_input_grad(0)) dinput = raw::to(g, ctx.input_dtype);
+    if (ctx.needs_input_grad(1)) dtarget = raw::to(kernels::unary(kernels::UnaryOp::kNeg, g), ctx.target_dtype);
+    return {dinput, dtarget};
+  }
+};
+MT_REGISTER_OP(MseLoss);
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options) {
+  return autograd::apply<CrossEntropy>(logits, target, options);
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossOptions options) {
+  return autograd::apply<NllLoss>(log_probs, target, options);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return autograd::apply<MseLoss>(input, target, reduction);
+}
+
+}  // namespace mixtape

@@ -1,0 +1,136 @@
+// ops/ops.h — the differentiable ops: what models are written with.
+//
+// Every function here runs through autograd::apply<Op>, so it records on the
+// tape when an input requires grad and follows its op's precision category
+// under autocast (the category of each is listed by amp::precision_table()).
+// Names, arguments and defaults follow PyTorch's.
+//
+//   mt::Tensor h = mt::relu(mt::linear(x, w1, b1));
+//   mt::Tensor loss = mt::cross_entropy(mt::linear(h, w2, b2), labels);
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <mixtape/core/random.h>
+#include <mixtape/core/tensor.h>
+
+namespace mixtape {
+
+// ---- elementwise (ops/elementwise.cpp) ---------------------------------------------
+// Binary ops broadcast (NumPy rules) and promote their inputs to the wider dtype.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor neg(const Tensor& x);
+/// x ^ exponent, for a scalar exponent.
+Tensor pow(const Tensor& x, double exponent);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor relu(const Tensor& x);
+/// approximate: "none" (exact, with erf) or "tanh".
+Tensor gelu(const Tensor& x, const char* approximate = "none");
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(const Tensor& a, double b);
+
+// ---- reductions (ops/reduce.cpp) --------------------------------------------------------
+/// Sum over every element (a 0-D tensor), or over `dims`.
+Tensor sum(const Tensor& x);
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+/// Largest element (0-D), and along a dim (values; the gradient goes to the first maximal element).
+Tensor max(const Tensor& x);
+Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Index of the largest element along `dim` (kI64; not differentiable).
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Index of the largest element of the flattened tensor (0-D kI64).
+Tensor argmax(const Tensor& x);
+
+// ---- softmax and losses (ops/softmax.cpp, ops/loss.cpp) -------------------------------
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+enum class Reduction { kNone, kMean, kSum };
+
+struct CrossEntropyOptions {
+  Reduction reduction = Reduction::kMean;
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+};
+/// logits (N, C) or (N, C, d1, ...); target kI64 class indices (N) or (N, d1, ...).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options = {});
+
+struct NllLossOptions {
+  Reduction reduction = Reduction::kMean;
+  int64_t ignore_index = -100;
+};
+/// log_probs (N, C) or (N, C, d1, ...); target kI64 (N) or (N, d1, ...).
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossOptions options = {});
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+
+// ---- normalisation (ops/norm.cpp) ---------------------------------------------------------
+/// Normalises over the trailing `normalized_shape` dims; weight/bias may be undefined.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
+
+// ---- matmul family (ops/matmul.cpp, ops/conv.cpp) ------------------------------------------
+/// torch.matmul: 2-D, batched (batch dims broadcast), 1-D promoted.
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// x · weightᵀ + bias; weight (out_features, in_features), bias (out_features) or undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+struct Conv2dOptions {
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+};
+/// x (N, C_in, H, W), weight (C_out, C_in, kH, kW), bias (C_out) or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Conv2dOptions options = {});
+
+// ---- pooling and dropout (ops/pool.cpp, ops/dropout.cpp) -------------------------------------
+struct Pool2dOptions {
+  int64_t kernel_size[2] = {2, 2};
+  int64_t stride[2] = {0, 0};  // 0: equal to kernel_size (PyTorch's default)
+  int64_t padding[2] = {0, 0};
+};
+/// x (N, C, H, W) or (C, H, W).
+Tensor max_pool2d(const Tensor& x, Pool2dOptions options = {});
+/// Average over each window, padding counted (PyTorch's count_include_pad=true).
+Tensor avg_pool2d(const Tensor& x, Pool2dOptions options = {});
+/// Zeroes elements with probability p and scales the rest by 1/(1-p) when training.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* generator = nullptr);
+
+// ---- shape and indexing (ops/views.cpp, ops/index.cpp) ----------------------------------------
+// The Tensor methods (view, reshape, transpose, permute, slice, select, expand,
+// squeeze, unsqueeze, flatten, contiguous, clone, to) are differentiable too.
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor view(const Tensor& x, const Shape& shape);
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+Tensor permute(const Tensor& x, const Shape& dims);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+/// Rows of `x` along `dim` at `index` (1-D kI64 or kI32).
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+/// Concatenates along `dim`; all inputs share every other size.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+
+}  // namespace mixtape

@@ -1,0 +1,85 @@
+// ops/pool.cpp — max_pool2d and avg_pool2d: forward, backward and precision category.
+//
+// Both are "passthrough" ops: a window's max is one of its inputs and a mean
+// of f16 values computed in f32 is safe, so they run in whatever dtype the
+// input has. Inputs are (N, C, H, W) or unbatched (C, H, W); the kernels see
+// 4-D only. max_pool2d saves the argmax indices (not the input), so its
+// backward is one scatter-add.
+#include <mixtape/autograd/function.h>
+#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/ops.h>
+
+namespace mixtape {
+
+using autograd::Grads;
+
+namespace {
+
+/// The kernels' window for `o` (stride 0: kernel_size, like PyTorch), after checking the options.
+kernels::Window2d pool_window(const Pool2dOptions& o, const Tensor& x, const char* op) {
+  MT_CHECK(x.defined(), op, ": the input is an undefined tensor");
+  MT_CHECK(x.dim() == 3 || x.dim() == 4, op, ": expected input of 4 dims (N, C, H, W) or 3 dims (C, H, W), got ",
+           x.shape());
+  for (int a = 0; a < 2; ++a)
+    MT_CHECK(o.kernel_size[a] > 0 && o.stride[a] >= 0 && o.padding[a] >= 0, op,
+             ": kernel_size must be positive, stride non-negative (0: kernel_size) and padding non-negative, got "
+             "kernel_size ", o.kernel_size[0], "x", o.kernel_size[1], ", stride ", o.stride[0], "x", o.stride[1],
+             ", padding ", o.padding[0], "x", o.padding[1]);
+  return {{o.kernel_size[0], o.kernel_size[1]},
+          {o.stride[0] ? o.stride[0] : o.kernel_size[0], o.stride[1] ? o.stride[1] : o.kernel_size[1]},
+          {o.padding[0], o.padding[1]},
+          {1, 1}};
+}
+
+/// Pooling's shared state: the 4-D input shape and whether a batch dim was added.
+struct PoolCtx : autograd::Ctx {
+  kernels::Window2d window{};
+  Shape x_shape;  // (N, C, H, W)
+  bool unbatched = false;
+};
+
+struct MaxPool2d {
+  static constexpr const char* kName = "max_pool2d";
+  static constexpr Precision kPrecision = Precision::kPassthrough;  // selects inputs: exact in any dtype
+  using Ctx = PoolCtx;
+  static Tensor forward(Ctx& ctx, const Tensor& x_in, const Pool2dOptions& o) {
+    ctx.window = pool_window(o, x_in, kName);
+    ctx.unbatched = x_in.dim() == 3;
+    const Tensor x = ctx.unbatched ? raw::unsqueeze(x_in, 0) : x_in;
+    ctx.x_shape = x.shape();
+    kernels::MaxPoolResult r = kernels::max_pool2d(x, ctx.window);
+    ctx.save_for_backward(r.indices);  // (N, C, H_out, W_out) flat positions in each H·W plane
+    return ctx.unbatched ? raw::squeeze(r.y, 0) : r.y;
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    Tensor dx = kernels::max_pool2d_backward(ctx.unbatched ? raw::unsqueeze(dy, 0) : dy, ctx.saved(0), ctx.x_shape);
+    return {ctx.unbatched ? raw::squeeze(dx, 0) : dx};
+  }
+};
+MT_REGISTER_OP(MaxPool2d);
+
+struct AvgPool2d {
+  static constexpr const char* kName = "avg_pool2d";
+  static constexpr Precision kPrecision = Precision::kPassthrough;  // window sums accumulate in f32
+  using Ctx = PoolCtx;
+  static Tensor forward(Ctx& ctx, const Tensor& x_in, const Pool2dOptions& o) {
+    ctx.window = pool_window(o, x_in, kName);
+    ctx.unbatched = x_in.dim() == 3;
+    const Tensor x = ctx.unbatched ? raw::unsqueeze(x_in, 0) : x_in;
+    ctx.x_shape = x.shape();
+    Tensor y = kernels::avg_pool2d(x, ctx.window);
+    return ctx.unbatched ? raw::squeeze(y, 0) : y;
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    Tensor dx = kernels::avg_pool2d_backward(ctx.unbatched ? raw::unsqueeze(dy, 0) : dy, ctx.x_shape, ctx.window);
+    return {ctx.unbatched ? raw::squeeze(dx, 0) : dx};
+  }
+};
+MT_REGISTER_OP(AvgPool2d);
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, Pool2dOptions options) { return autograd::apply<MaxPool2d>(x, options); }
+Tensor avg_pool2d(const Tensor& x, Pool2dOptions options) { return autograd::apply<AvgPool2d>(x, options); }
+
+}  // namespace mixtape

@@ -1,0 +1,150 @@
+// ops/reduce.cpp — sum, mean, max and argmax: forward, backward and precision category of each.
+//
+// The forwards are kernels::reduce, which accumulates f16/bf16 in f32 and
+// rounds each result once. The backwards put the gradient back into the
+// input's shape without copying: sum and mean re-insert the reduced dims as
+// size 1 and expand (a stride-0 view); max sends it to the first maximal
+// element through scatter_add at the argmax.
+#include <mixtape/autograd/function.h>
+#include <mixtape/ops/common.h>
+#include <mixtape/ops/ops.h>
+
+#include <algorithm>
+
+namespace mixtape {
+
+using autograd::Grads;
+using kernels::ReduceOp;
+
+namespace {
+
+/// Wrapped, sorted reduced dims (every dim when `dims` is empty) and the
+/// shape that keeps them as size 1.
+struct Reduced {
+  std::vector<int64_t> dims;
+  Shape keep_shape;
+  int64_t count = 1;  // elements per output
+};
+Reduced reduced_dims(const Tensor& x, const std::vector<int64_t>& dims_in, const char* op) {
+  Reduced r;
+  for (int64_t d : dims_in) r.dims.push_back(wrap_dim(d, x.dim(), op, x.shape()));
+  if (dims_in.empty())
+    for (int64_t d = 0; d < x.dim(); ++d) r.dims.push_back(d);
+  std::sort(r.dims.begin(), r.dims.end());
+  r.keep_shape = x.shape();
+  for (int64_t d : r.dims) {
+    if (x.dim() == 0) break;  // a 0-d tensor: dim 0 / -1 name the tensor itself
+    r.count *= x.size(d);
+    r.keep_shape[d] = 1;
+  }
+  return r;
+}
+
+struct Sum {
+  static constexpr const char* kName = "sum";
+  static constexpr Precision kPrecision = Precision::kFp32;  // long f16 sums overflow and lose small terms
+  struct Ctx : autograd::Ctx {
+    Shape input_shape, keep_shape;  // keep_shape: the output with reduced dims kept as size 1
+  };
+  /// `dims` empty: every dim.
+  static Tensor forward(Ctx& ctx, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+    ctx.input_shape = x.shape();
+    ctx.keep_shape = reduced_dims(x, dims, kName).keep_shape;
+    return kernels::reduce(ReduceOp::kSum, x, dims, keepdim);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    return {raw::expand(raw::reshape(dy, ctx.keep_shape), ctx.input_shape)};
+  }
+};
+MT_REGISTER_OP(Sum);
+
+struct Mean {
+  static constexpr const char* kName = "mean";
+  static constexpr Precision kPrecision = Precision::kFp32;
+  struct Ctx : autograd::Ctx {
+    Shape input_shape, keep_shape;
+    int64_t count = 1;
+  };
+  static Tensor forward(Ctx& ctx, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+    const Reduced r = reduced_dims(x, dims, kName);
+    ctx.input_shape = x.shape();
+    ctx.keep_shape = r.keep_shape;
+    ctx.count = r.count;
+    return kernels::reduce(ReduceOp::kMean, x, dims, keepdim);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    // Scale the (small) output gradient, then expand it: one rounding per element.
+    Tensor scaled = kernels::scalar(kernels::ScalarOp::kMul, dy, 1.0 / static_cast<double>(ctx.count));
+    return {raw::expand(raw::reshape(scaled, ctx.keep_shape), ctx.input_shape)};
+  }
+};
+MT_REGISTER_OP(Mean);
+
+/// max of every element (dim unset: a 0-d result) or along one dim.
+struct Max {
+  static constexpr const char* kName = "max";
+  static constexpr Precision kPrecision = Precision::kPassthrough;  // exact in any dtype
+  struct Ctx : autograd::Ctx {
+    Shape input_shape;
+    int64_t dim = -1;  // -1: every element
+  };
+  static Tensor forward(Ctx& ctx, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+    ctx.input_shape = x.shape();
+    if (!dim) {
+      // argmax of every element is an index into the flattened tensor.
+      if (ctx.recording) ctx.save_for_backward(kernels::reduce(ReduceOp::kArgmax, x, {}, false));
+      return kernels::reduce(ReduceOp::kMax, x, {}, false);
+    }
+    const int64_t d = wrap_dim(*dim, x.dim(), kName, x.shape());
+    ctx.dim = x.dim() == 0 ? -1 : d;
+    const int64_t dims[] = {d};
+    if (ctx.recording) ctx.save_for_backward(kernels::reduce(ReduceOp::kArgmax, x, dims, /*keepdim=*/true));
+    return kernels::reduce(ReduceOp::kMax, x, dims, keepdim);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    if (ctx.input_shape.empty()) return {dy};  // max of a 0-d tensor is the tensor
+    const Tensor& index = ctx.saved(0);
+    if (ctx.dim < 0) {
+      const Shape flat{ctx.input_shape.numel()};
+      Tensor dx = kernels::scatter_add(flat, 0, raw::reshape(index, {1}), raw::reshape(dy, {1}));
+      return {raw::reshape(dx, ctx.input_shape)};
+    }
+    // index was kept with the reduced dim as size 1; dy may not have been.
+    return {kernels::scatter_add(ctx.input_shape, ctx.dim, index, raw::reshape(dy, index.shape()))};
+  }
+};
+MT_REGISTER_OP(Max);
+
+/// argmax has no gradient (its output is an integer index); it is listed so the
+/// precision table and the registry know it. argmax() calls the kernel directly.
+struct Argmax {
+  static constexpr const char* kName = "argmax";
+  static constexpr Precision kPrecision = Precision::kPassthrough;
+};
+MT_REGISTER_OP(Argmax);
+
+}  // namespace
+
+Tensor sum(const Tensor& x) { return autograd::apply<Sum>(x, std::vector<int64_t>{}, false); }
+/// Empty `dims` reduce every dim (kernels::reduce's rule), keeping them as size 1 with `keepdim`.
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return autograd::apply<Sum>(x, dims, keepdim);
+}
+
+Tensor mean(const Tensor& x) { return autograd::apply<Mean>(x, std::vector<int64_t>{}, false); }
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return autograd::apply<Mean>(x, dims, keepdim);
+}
+
+Tensor max(const Tensor& x) { return autograd::apply<Max>(x, std::optional<int64_t>{}, false); }
+Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
+  return autograd::apply<Max>(x, std::optional<int64_t>{dim}, keepdim);
+}
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  const int64_t dims[] = {dim};
+  return kernels::reduce(ReduceOp::kArgmax, x, dims, keepdim);
+}
+Tensor argmax(const Tensor& x) { return kernels::reduce(ReduceOp::kArgmax, x, {}, false); }
+
+}  // namespace mixtape

@@ -1,0 +1,203 @@
+// tests/test_autocast.cpp — per-op precision rules under f16 and bf16, the
+// category table and its overrides, the cast cache and the precision trace.
+#include <boost/test/unit_test.hpp>
+
+#include <mixtape/mixtape.h>
+
+#include "gradcheck.h"
+
+namespace mt = mixtape;
+namespace utf = boost::unit_test;
+using mt::Precision;
+
+namespace {
+
+bool message_has(const mt::Error& e, const std::string& part) {
+  return std::string(e.what()).find(part) != std::string::npos;
+}
+
+int count(const mt::autograd::PrecisionTrace& trace, const std::string& op) {
+  int n = 0;
+  for (const auto& e : trace.entries()) n += e.op == op;
+  return n;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(autocast, *utf::label("cpu"))
+
+BOOST_AUTO_TEST_CASE(output_dtype_per_category) {
+  for (mt::DType low : {mt::kF16, mt::kBF16}) {
+    BOOST_TEST_CONTEXT("autocast " << low) {
+      mt::Tensor a = mt::randn({4, 8}), b = mt::randn({8, 3}), h = mt::randn({4, 3}, low);
+      mt::amp::Autocast ac(low);
+      BOOST_TEST(mt::amp::is_autocast_enabled());
+      // lower precision: f32 inputs run in the autocast dtype
+      BOOST_TEST(mt::matmul(a, b).dtype() == low);
+      BOOST_TEST(mt::linear(a, b.t()).dtype() == low);
+      // fp32: low-precision inputs run in f32
+      BOOST_TEST(mt::softmax(h, 1).dtype() == mt::kF32);
+      BOOST_TEST(mt::log_softmax(h, 1).dtype() == mt::kF32);
+      BOOST_TEST(mt::exp(h).dtype() == mt::kF32);
+      BOOST_TEST(mt::sum(h).dtype() == mt::kF32);
+      BOOST_TEST(mt::cross_entropy(h, mt::tensor<int64_t>({0, 1, 2, 0})).dtype() == mt::kF32);
+      // promote: the widest input wins
+      BOOST_TEST(mt::add(h, mt::randn({4, 3})).dtype() == mt::kF32);
+      BOOST_TEST(mt::mul(h, h).dtype() == low);
+      // passthrough: unchanged
+      BOOST_TEST(mt::relu(h).dtype() == low);
+      BOOST_TEST(mt::relu(a).dtype() == mt::kF32);
+      BOOST_TEST(h.reshape({12}).dtype() == low);
+      // f64 is never autocast (PyTorch's rule)
+      BOOST_TEST(mt::matmul(a.to(mt::kF64), b.to(mt::kF64)).dtype() == mt::kF64);
+    }
+  }
+  // Outside a region nothing changes dtype.
+  BOOST_TEST(!mt::amp::is_autocast_enabled());
+  BOOST_TEST(mt::matmul(mt::randn({2, 2}), mt::randn({2, 2})).dtype() == mt::kF32);
+  BOOST_TEST(mt::exp(mt::randn({2}, mt::kF16)).dtype() == mt::kF16);
+}
+
+BOOST_AUTO_TEST_CASE(regions_nest_and_can_be_disabled) {
+  mt::Tensor a = mt::randn({2, 2});
+  mt::amp::Autocast outer(mt::kF16);
+  {
+    mt::amp::Autocast inner(mt::kBF16);
+    BOOST_TEST(mt::matmul(a, a).dtype() == mt::kBF16);
+    {
+      mt::amp::Autocast off(mt::kF16, /*enabled=*/false);
+      BOOST_TEST(!mt::amp::is_autocast_enabled());
+      BOOST_TEST(mt::matmul(a, a).dtype() == mt::kF32);
+    }
+    BOOST_TEST(mt::amp::autocast_dtype() == mt::kBF16);
+  }
+  BOOST_TEST(mt::matmul(a, a).dtype() == mt::kF16);
+  BOOST_CHECK_EXCEPTION(mt::amp::Autocast bad(mt::kF64), mt::Error,
+                        [](const mt::Error& e) { return message_has(e, "f16 or bf16"); });
+}
+
+BOOST_AUTO_TEST_CASE(the_table_is_data) {
+  auto table = mt::amp::precision_table();
+  auto category = [&](const std::string& op) {
+    for (const auto& row : table)
+      if (row.op == op) return row.effective;
+    BOOST_ERROR("op " << op << " missing from the precision table");
+    return Precision::kUnset;
+  };
+  // DESIGN.md's table.
+  for (const char* op : {"matmul", "linear", "conv2d"}) BOOST_TEST(category(op) == Precision::kLowerPrecision, op);
+  for (const char* op : {"softmax", "log_softmax", "cross_entropy", "layer_norm", "sum", "mean", "exp", "log", "pow",
+                         "nll_loss", "mse_loss"})
+    BOOST_TEST(category(op) == Precision::kFp32, op);
+  for (const char* op : {"add", "sub", "mul", "div", "cat"}) BOOST_TEST(category(op) == Precision::kPromote, op);
+  for (const char* op : {"relu", "reshape", "permute", "max_pool2d", "dropout"})
+    BOOST_TEST(category(op) == Precision::kPassthrough, op);
+  for (const auto& row : table) BOOST_TEST(row.declared == row.effective, row.op << " has a stray override");
+}
+
+BOOST_AUTO_TEST_CASE(overrides_global_and_scoped) {
+  mt::Tensor h = mt::randn({2, 3}, mt::kF16);
+  mt::Tensor a = mt::randn({3, 3});
+  mt::amp::Autocast ac(mt::kF16);
+  mt::amp::set_precision("softmax", Precision::kPassthrough);
+  BOOST_TEST(mt::amp::precision_of("softmax") == Precision::kPassthrough);
+  BOOST_TEST(mt::softmax(h, 1).dtype() == mt::kF16);
+  mt::amp::reset_precision_overrides();
+  BOOST_TEST(mt::softmax(h, 1).dtype() == mt::kF32);
+  {
+    mt::amp::PrecisionScope keep("matmul", Precision::kFp32);  // "keep this layer in f32"
+    BOOST_TEST(mt::matmul(a, a).dtype() == mt::kF32);
+    BOOST_TEST(mt::matmul(a.to(mt::kF16), a).dtype() == mt::kF32);
+  }
+  BOOST_TEST(mt::matmul(a, a).dtype() == mt::kF16);
+  // A typo is an error, never a silent change of precision.
+  BOOST_CHECK_EXCEPTION(mt::amp::set_precision("sofmax", Precision::kFp32), mt::Error,
+                        [](const mt::Error& e) { return message_has(e, "unknown op 'sofmax'"); });
+  BOOST_CHECK_EXCEPTION(mt::amp::PrecisionScope("matmull", Precision::kFp32), mt::Error,
+                        [](const mt::Error& e) { return message_has(e, "unknown op 'matmull'"); });
+}
+
+BOOST_AUTO_TEST_CASE(a_parameter_used_twice_is_cast_once) {
+  mt::Tensor w = mt::randn({8, 8}).requires_grad_();
+  mt::Tensor x = mt::randn({4, 8});
+  {
+    mt::amp::Autocast ac(mt::kF16);
+    mt::autograd::PrecisionTrace trace;
+    mt::Tensor h = mt::matmul(mt::matmul(x, w), w);  // w used twice
+    // x is cast for the first matmul (not cached: not a leaf that requires grad), w once.
+    BOOST_TEST(count(trace, "cast") == 2);
+    auto stats = mt::amp::cast_cache_stats();
+    BOOST_TEST(stats.entries == 1);
+    BOOST_TEST(stats.bytes == 8 * 8 * 2);
+    BOOST_TEST(stats.misses == 1);
+    BOOST_TEST(stats.hits == 1);
+    {
+      mt::amp::Autocast nested(mt::kF16);
+      mt::matmul(x.to(mt::kF16), w);
+      BOOST_TEST(mt::amp::cast_cache_stats().hits == 2);  // the outermost region's cache serves nested ones
+    }
+    BOOST_TEST(mt::amp::cast_cache_stats().entries == 1);
+    mt::sum(h).backward();
+    BOOST_TEST(w.grad().dtype() == mt::kF32);
+  }
+  BOOST_TEST(mt::amp::cast_cache_stats().entries == 0);  // cleared when the outermost region ends
+  BOOST_TEST(mt::amp::cast_cache_stats().bytes == 0);
+}
+
+BOOST_AUTO_TEST_CASE(in_place_update_invalidates_the_cached_cast) {
+  mt::Tensor w = mt::ones({2, 2}).requires_grad_();
+  mt::amp::Autocast ac(mt::kF16);
+  mt::Tensor a = mt::matmul(mt::ones({1, 2}), w);
+  {
+    mt::autograd::NoGradGuard ng;
+    w.fill_(2.0);
+  }
+  mt::Tensor b = mt::matmul(mt::ones({1, 2}), w);
+  BOOST_TEST(b.at<float>({0, 0}) == 4.0f);
+}
+
+BOOST_AUTO_TEST_CASE(f32_leaf_used_in_f16_gets_an_f32_gradient_matching_f64) {
+  mt::manual_seed(5);
+  mt::Tensor w = mt::randn({16, 32}).requires_grad_();
+  mt::Tensor x = mt::randn({8, 16});
+  mt::Tensor v = mt::randn({8, 32});
+  {
+    mt::amp::Autocast ac(mt::kF16);
+    mt::Tensor y = mt::matmul(x, w);
+    BOOST_TEST(y.dtype() == mt::kF16);
+    mt::sum(mt::mul(y, v)).backward();
+  }
+  BOOST_TEST(w.grad().dtype() == mt::kF32);
+  // The same computation in f64 on the f16-rounded inputs: dW = x16^T (v rounded like the f16 path's dy).
+  mt::Tensor x16 = x.to(mt::kF16).to(mt::kF64);
+  mt::Tensor dy = v.to(mt::kF16).to(mt::kF64);  // mul(y16, v) promotes to f32; its gradient reaches y as f16(v)
+  mt::Tensor expected = mt::matmul(x16.t(), dy);
+  BOOST_TEST(mt::test::all_close(w.grad(), expected, mt::test::tolerance(mt::kF16), "dW (f16 path vs f64)"));
+}
+
+BOOST_AUTO_TEST_CASE(backward_runs_in_the_forward_dtype) {
+  mt::Tensor w = mt::randn({4, 4}).requires_grad_();
+  mt::Tensor x = mt::randn({2, 4});
+  mt::amp::Autocast ac(mt::kBF16);
+  mt::Tensor h = mt::relu(mt::matmul(x, w));  // bf16
+  mt::Tensor loss = mt::sum(mt::softmax(h, 1) * mt::randn({2, 4}));
+  auto g = mt::autograd::grad({loss}, {h, w});
+  BOOST_TEST(g[0].dtype() == mt::kBF16);  // the gradient of a bf16 activation is bf16
+  BOOST_TEST(g[1].dtype() == mt::kF32);   // and the master weight's is f32
+}
+
+BOOST_AUTO_TEST_CASE(precision_trace_of_a_forward_pass) {
+  mt::Tensor w1 = mt::randn({16, 8}).requires_grad_(), b1 = mt::zeros({16}).requires_grad_();
+  mt::Tensor w2 = mt::randn({3, 16}).requires_grad_();
+  mt::Tensor x = mt::randn({4, 8});
+  mt::Tensor y = mt::tensor<int64_t>({0, 1, 2, 1});
+  mt::amp::Autocast ac(mt::kF16);
+  mt::autograd::PrecisionTrace trace;
+  mt::Tensor loss = mt::cross_entropy(mt::linear(mt::relu(mt::linear(x, w1, b1)), w2), y);
+  BOOST_TEST_MESSAGE("trace: " << trace.str());
+  BOOST_TEST(trace.str() ==
+             "cast:f16 cast:f16 cast:f16 linear:f16 relu:f16 cast:f16 linear:f16 cast:f32 cross_entropy:f32");
+  BOOST_TEST(loss.dtype() == mt::kF32);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

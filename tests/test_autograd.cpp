@@ -1,0 +1,222 @@
+// tests/test_autograd.cpp — tape semantics: what is recorded, what backward
+// walks, what it frees, and the errors of misuse.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+
+#include <mixtape/mixtape.h>
+
+#include "gradcheck.h"
+
+namespace mt = mixtape;
+namespace utf = boost::unit_test;
+using boost::test_tools::per_element;
+
+namespace {
+
+std::vector<double> values(const mt::Tensor& t) { return t.to_vector<double>(); }
+
+bool message_has(const mt::Error& e, const std::vector<std::string>& parts) {
+  std::string m = e.what();
+  for (const auto& p : parts)
+    if (m.find(p) == std::string::npos) {
+      BOOST_TEST_MESSAGE("missing '" << p << "' in: " << m);
+      return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(autograd, *utf::label("cpu"))
+
+BOOST_AUTO_TEST_CASE(records_only_when_an_input_requires_grad) {
+  mt::Tensor a = mt::randn({3});
+  mt::Tensor b = mt::randn({3});
+  mt::Tensor c = a * b;
+  BOOST_TEST(!c.requires_grad());
+  BOOST_TEST(c.is_leaf());
+  a.requires_grad_();
+  mt::Tensor d = a * b;
+  BOOST_TEST(d.requires_grad());
+  BOOST_TEST(!d.is_leaf());
+  BOOST_TEST(std::string(d.grad_fn_name()) == "mul");
+  mt::Tensor e = mt::sum(mt::relu(d));  // requires_grad propagates through every op
+  BOOST_TEST(e.requires_grad());
+  BOOST_TEST(std::string(e.grad_fn_name()) == "sum");
+}
+
+BOOST_AUTO_TEST_CASE(no_grad_guard_and_detach) {
+  mt::Tensor a = mt::randn({3}).requires_grad_();
+  int64_t before = mt::autograd::tape_size();
+  {
+    mt::autograd::NoGradGuard ng;
+    BOOST_TEST(!mt::autograd::grad_enabled());
+    mt::Tensor y = a * 2.0;
+    BOOST_TEST(!y.requires_grad());
+    BOOST_TEST(mt::autograd::tape_size() == before);
+  }
+  BOOST_TEST(mt::autograd::grad_enabled());
+  mt::Tensor d = (a * 2.0).detach();
+  BOOST_TEST(!d.requires_grad());
+  BOOST_TEST(d.is_leaf());
+  BOOST_TEST(d.storage() != nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(gradients_accumulate_into_leaves) {
+  mt::Tensor x = mt::tensor({1.0, 2.0, 3.0}).requires_grad_();
+  mt::Tensor y = mt::sum(x * x);  // dy/dx = 2x
+  y.backward();
+  BOOST_TEST(values(x.grad()) == std::vector<double>({2, 4, 6}), per_element());
+  BOOST_TEST(x.grad().dtype() == mt::kF64);
+  mt::sum(x * 3.0).backward();  // accumulates
+  BOOST_TEST(values(x.grad()) == std::vector<double>({5, 7, 9}), per_element());
+  x.set_grad({});
+  BOOST_TEST(!x.grad().defined());
+}
+
+BOOST_AUTO_TEST_CASE(a_tensor_used_twice_gets_both_gradients) {
+  mt::Tensor x = mt::tensor({2.0f}).requires_grad_();
+  mt::Tensor y = x * x + x;  // dy/dx = 2x + 1 = 5
+  mt::sum(y).backward();
+  BOOST_TEST(x.grad().item<float>() == 5.0f);
+}
+
+BOOST_AUTO_TEST_CASE(backward_walks_only_what_leads_to_the_output) {
+  mt::Tensor a = mt::randn({4}).requires_grad_();
+  mt::Tensor b = mt::randn({4}).requires_grad_();
+  mt::Tensor used = mt::sum(a * 2.0);
+  mt::Tensor unused = mt::sum(b * 3.0);
+  used.backward();
+  BOOST_TEST(a.grad().defined());
+  BOOST_TEST(!b.grad().defined());
+  unused.backward();  // its graph was untouched by the first backward
+  BOOST_TEST(values(b.grad()) == std::vector<double>(4, 3.0), per_element());
+}
+
+BOOST_AUTO_TEST_CASE(explicit_gradient_for_non_scalar_outputs) {
+  mt::Tensor x = mt::tensor({1.0, 2.0}).requires_grad_();
+  mt::Tensor y = x * 3.0;
+  BOOST_CHECK_EXCEPTION(y.backward(), mt::Error,
+                        [](const mt::Error& e) { return message_has(e, {"backward", "one-element", "[2]"}); });
+  y.backward(mt::tensor({1.0, 10.0}));
+  BOOST_TEST(values(x.grad()) == std::vector<double>({3, 30}), per_element());
+}
+
+BOOST_AUTO_TEST_CASE(second_backward_over_freed_nodes_throws) {
+  mt::Tensor x = mt::randn({3}).requires_grad_();
+  mt::Tensor y = mt::sum(mt::exp(x));
+  y.backward();
+  BOOST_CHECK_EXCEPTION(y.backward(), mt::Error, [](const mt::Error& e) {
+    return message_has(e, {"second time", "retain_graph"});
+  });
+}
+
+BOOST_AUTO_TEST_CASE(retain_graph_keeps_nodes) {
+  mt::Tensor x = mt::tensor({1.0, 2.0}).requires_grad_();
+  mt::Tensor y = mt::sum(mt::exp(x));
+  y.backward({}, /*retain_graph=*/true);
+  y.backward();
+  std::vector<double> g = values(x.grad());
+  BOOST_TEST(g[0] == 2 * std::exp(1.0), boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(g[1] == 2 * std::exp(2.0), boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(saved_tensors_are_freed_after_backward) {
+  mt::Tensor w = mt::randn({256, 256}).requires_grad_();
+  mt::Tensor x = mt::randn({64, 256});
+  int64_t leaves = mt::cpu_memory_stats().allocated_bytes;
+  mt::Tensor loss;
+  {
+    mt::Tensor h = x;
+    for (int i = 0; i < 4; ++i) h = mt::tanh(mt::matmul(h, w));  // each layer saves a (64, 256) activation
+    loss = mt::sum(h);
+  }
+  int64_t with_graph = mt::cpu_memory_stats().allocated_bytes;
+  BOOST_TEST(with_graph >= leaves + 4 * 64 * 256 * 4);
+  loss.backward();
+  int64_t after = mt::cpu_memory_stats().allocated_bytes;
+  // What remains: the leaves, w's gradient and the 0-D loss.
+  int64_t expected = leaves + 256 * 256 * 4 + 4;
+  BOOST_TEST(after <= expected + 64);
+  BOOST_TEST(mt::autograd::tape_size() >= 1);  // loss still holds its (now empty) node chain
+  loss = mt::Tensor();
+  BOOST_TEST(mt::cpu_memory_stats().allocated_bytes <= expected - 4 + 64);
+}
+
+BOOST_AUTO_TEST_CASE(tape_size_drops_when_outputs_die) {
+  mt::Tensor x = mt::randn({3}).requires_grad_();
+  int64_t before = mt::autograd::tape_size();
+  {
+    mt::Tensor y = mt::sigmoid(mt::exp(x));
+    BOOST_TEST(mt::autograd::tape_size() == before + 2);
+  }
+  BOOST_TEST(mt::autograd::tape_size() == before);
+}
+
+BOOST_AUTO_TEST_CASE(in_place_change_of_a_saved_tensor_throws) {
+  mt::Tensor w = mt::randn({3}).requires_grad_();
+  mt::Tensor x = mt::randn({3});
+  mt::Tensor y = mt::sum(w * x);  // mul saves x for w's gradient
+  x.fill_(2.0);
+  BOOST_CHECK_EXCEPTION(y.backward(), mt::Error, [](const mt::Error& e) {
+    return message_has(e, {"mul", "modified in place", "version 1", "saved at version 0"});
+  });
+}
+
+BOOST_AUTO_TEST_CASE(in_place_on_a_tensor_that_requires_grad_throws) {
+  mt::Tensor w = mt::randn({3}).requires_grad_();
+  BOOST_CHECK_EXCEPTION(w.fill_(0.0), mt::Error, [](const mt::Error& e) {
+    return message_has(e, {"fill_", "requires grad", "NoGradGuard"});
+  });
+  mt::autograd::NoGradGuard ng;
+  w.fill_(1.0);  // what an optimizer does
+  BOOST_TEST(w.at<float>({0}) == 1.0f);
+}
+
+BOOST_AUTO_TEST_CASE(functional_grad) {
+  mt::Tensor x = mt::tensor({1.0, 2.0}).requires_grad_();
+  mt::Tensor z = mt::tensor({5.0}).requires_grad_();
+  mt::Tensor h = x * x;
+  mt::Tensor y = mt::sum(h * 3.0);
+  auto g = mt::autograd::grad({y}, {x, h}, {}, /*retain_graph=*/true);
+  BOOST_TEST(values(g[0]) == std::vector<double>({6, 12}), per_element());
+  BOOST_TEST(values(g[1]) == std::vector<double>({3, 3}), per_element());
+  BOOST_TEST(!x.grad().defined());  // grad() does not accumulate
+  BOOST_CHECK_EXCEPTION(mt::autograd::grad({y}, {z}, {}, true), mt::Error,
+                        [](const mt::Error& e) { return message_has(e, {"grad", "not used", "allow_unused"}); });
+  auto u = mt::autograd::grad({y}, {z}, {}, false, /*allow_unused=*/true);
+  BOOST_TEST(!u[0].defined());
+}
+
+BOOST_AUTO_TEST_CASE(requires_grad_rules) {
+  BOOST_CHECK_EXCEPTION(mt::arange(3).requires_grad_(), mt::Error,
+                        [](const mt::Error& e) { return message_has(e, {"requires_grad_", "floating", "i64"}); });
+  mt::Tensor x = mt::randn({2}).requires_grad_();
+  mt::Tensor y = x * 2.0;
+  BOOST_CHECK_EXCEPTION(y.requires_grad_(false), mt::Error,
+                        [](const mt::Error& e) { return message_has(e, {"leaf", "mul_scalar"}); });
+  mt::Tensor z = mt::zeros({2});
+  BOOST_CHECK_EXCEPTION(z.backward(), mt::Error,
+                        [](const mt::Error& e) { return message_has(e, {"does not require grad"}); });
+}
+
+BOOST_AUTO_TEST_CASE(views_are_differentiable) {
+  mt::Tensor x = mt::randn({2, 3}, mt::kF64).requires_grad_();
+  mt::Tensor y = mt::sum(x.t().reshape({6}).slice(0, 1, 6, 2)) + mt::sum(x.select(1, 2)) +
+                 mt::sum(x.unsqueeze(0).expand({4, 2, 3}));
+  y.backward();
+  // slice picks x^T flat [1], [3], [5] = x[1][0], x[1][1], x[1][2]; select adds column 2; expand adds 4.
+  std::vector<double> expected = {4, 4, 5, 5, 5, 6};
+  BOOST_TEST(values(x.grad()) == expected, per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_cast_gradient_arrives_in_the_source_dtype) {
+  mt::Tensor w = mt::randn({4}).requires_grad_();  // f32 master weight
+  mt::Tensor y = mt::sum(w.to(mt::kF16) * 2.0);
+  y.backward();
+  BOOST_TEST(w.grad().dtype() == mt::kF32);
+  BOOST_TEST(values(w.grad()) == std::vector<double>(4, 2.0), per_element());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
