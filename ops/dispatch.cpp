@@ -3,7 +3,7 @@
 // Every rule a backend must not decide for itself lives here, once: which
 // dtypes an op accepts, that operands share a dtype and a device, broadcast
 // and matmul shapes, reduction dims and result dtypes, empty reductions.
-// After that, `backend_for` picks the device's kernel table; the backends
+// After that, `kernel_for` picks the kernel from the device's table (core/kernel_table.h); the backends
 // (ops/cpu/, later cuda/) assume valid arguments (STYLE.md §4: forward() ->
 // forward_impl()).
 #include <mixtape/ops/kernels.h>
@@ -14,31 +14,12 @@
 #include <string>
 #include <vector>
 
-#include <mixtape/ops/cpu/cpu_kernels.h>
-#include <mixtape/ops/scalar_math.h>
+#include <mixtape/ops/device_kernels.h>
+#include <mixtape/core/scalar_math.h>
 
 namespace mixtape::kernels {
 
 namespace {
-
-/// The kernels of one kind of device, with validated arguments.
-struct Backend {
-  Tensor (*unary)(UnaryOp, const Tensor&);
-  Tensor (*binary)(BinaryOp, const Tensor&, const Tensor&);
-  Tensor (*scalar)(ScalarOp, const Tensor&, double);
-  Tensor (*where)(const Tensor&, const Tensor&, const Tensor&);
-  Tensor (*reduce)(ReduceOp, const Tensor&, std::span<const int64_t>, bool, DType);
-  Tensor (*matmul)(const Tensor&, const Tensor&, DType);
-};
-
-constexpr Backend kCpuBackend{&cpu::unary, &cpu::binary, &cpu::scalar, &cpu::where, &cpu::reduce, &cpu::matmul};
-
-/// The kernel table for `device`; `op` names the caller in the error.
-const Backend& backend_for(Device device, const char* op) {
-  if (device.is_cpu()) return kCpuBackend;
-  // The CUDA backend replaces this line with its own table (cuda/).
-  MT_ERROR(op, ": no CUDA kernel yet (the CUDA backend issue); got a tensor on ", device);
-}
 
 std::string format_dims(std::span<const int64_t> dims) {
   std::ostringstream os;
@@ -152,7 +133,7 @@ Tensor unary(UnaryOp op, const Tensor& x) {
   const char* op_name = name(op);
   check_defined(x, op_name, "x");
   check_arithmetic_dtype(op_name, x.dtype(), math::supports_integers(op), x.shape());
-  return backend_for(x.device(), op_name).unary(op, x);
+  return kernel_for(x.device(), &DeviceKernels::unary, op_name)(op, x);
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
@@ -162,7 +143,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   check_same_device_and_dtype(op_name, a, b);
   if (!math::is_comparison(op)) check_arithmetic_dtype(op_name, a.dtype(), math::supports_integers(op), a.shape());
   broadcast_shapes(a.shape(), b.shape(), op_name);
-  return backend_for(a.device(), op_name).binary(op, a, b);
+  return kernel_for(a.device(), &DeviceKernels::binary, op_name)(op, a, b);
 }
 
 Tensor scalar(ScalarOp op, const Tensor& x, double s) {
@@ -175,7 +156,7 @@ Tensor scalar(ScalarOp op, const Tensor& x, double s) {
              ": the scalar ", s, " is not an integer but x is ", x.dtype(), " (shape ", x.shape(),
              "); cast x to a floating dtype first");
   }
-  return backend_for(x.device(), op_name).scalar(op, x, s);
+  return kernel_for(x.device(), &DeviceKernels::scalar, op_name)(op, x, s);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
@@ -188,7 +169,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
            " (condition, shape ", cond.shape(), ") and ", a.device(), " (shape ", a.shape(), ")");
   check_same_device_and_dtype("where", a, b);
   broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
-  return backend_for(a.device(), "where").where(cond, a, b);
+  return kernel_for(a.device(), &DeviceKernels::where, "where")(cond, a, b);
 }
 
 // ---- reductions ----------------------------------------------------------------------
@@ -246,7 +227,7 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::span<const int64_t> dims_in, bo
     MT_CHECK(reduced != 0 || kept == 0, op_name, ": cannot reduce over zero elements (shape ", x.shape(), ", dims ",
              format_dims(dims), "): ", op_name, " of nothing is undefined");
   }
-  return backend_for(x.device(), op_name).reduce(op, x, dims, keepdim, out);
+  return kernel_for(x.device(), &DeviceKernels::reduce, op_name)(op, x, dims, keepdim, out);
 }
 
 // ---- matmul --------------------------------------------------------------------------
@@ -274,7 +255,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) 
   const DType out = out_dtype.value_or(a.dtype());
   MT_CHECK(is_floating(out), "matmul: out_dtype must be floating, got ", out, " (shapes ", a.shape(), " and ",
            b.shape(), ")");
-  return backend_for(a.device(), "matmul").matmul(a, b, out);
+  return kernel_for(a.device(), &DeviceKernels::matmul, "matmul")(a, b, out);
 }
 
 }  // namespace mixtape::kernels

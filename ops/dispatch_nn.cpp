@@ -3,37 +3,15 @@
 //
 // The same split as ops/dispatch.cpp: every rule a backend must not decide
 // for itself (dtypes, devices, shapes, dims, defaults) is checked here once;
-// `nn_backend_for` then picks the device's table of kernels, which assume
-// valid arguments. The CUDA backend fills in its own NnBackend.
+// `kernel_for` then picks the device's kernel (core/kernel_table.h); kernels assume
+// valid arguments.
 #include <mixtape/ops/kernels.h>
 
-#include <mixtape/ops/cpu/nn_kernels.h>
+#include <mixtape/ops/device_kernels.h>
 
 namespace mixtape::kernels {
 
 namespace {
-
-/// The softmax / indexing / normalisation kernels of one kind of device, with validated arguments.
-struct NnBackend {
-  Tensor (*softmax)(const Tensor& x, int64_t dim, bool log, DType out_dtype);
-  Tensor (*softmax_backward)(const Tensor& dy, const Tensor& y, int64_t dim, bool log);
-  Tensor (*gather)(const Tensor& x, int64_t dim, const Tensor& index);
-  Tensor (*scatter_add)(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src);
-  LayerNormResult (*layer_norm)(const Tensor& x, int64_t normalized_numel, const Tensor& weight, const Tensor& bias,
-                                double eps);
-  LayerNormGrads (*layer_norm_backward)(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                                        const Tensor& weight, bool bias_defined);
-};
-
-constexpr NnBackend kCpuNnBackend{&cpu::softmax, &cpu::softmax_backward, &cpu::gather,
-                                  &cpu::scatter_add, &cpu::layer_norm, &cpu::layer_norm_backward};
-
-/// The kernel table for `device`; `op` names the caller in the error.
-const NnBackend& nn_backend_for(Device device, const char* op) {
-  if (device.is_cpu()) return kCpuNnBackend;
-  // The CUDA backend replaces this line with its own table (cuda/).
-  MT_ERROR(op, ": no CUDA kernel yet (the CUDA backend issue); got a tensor on ", device);
-}
 
 void check_defined(const Tensor& t, const char* op, const char* arg) {
   MT_CHECK(t.defined(), op, ": argument '", arg, "' is an undefined tensor");
@@ -74,7 +52,7 @@ Tensor softmax(const Tensor& x, int64_t dim_in, bool log, std::optional<DType> o
   const int64_t dim = wrap_dim(dim_in, x.dim(), op, x.shape());
   const DType out = out_dtype.value_or(x.dtype());
   MT_CHECK(is_floating(out), op, ": out_dtype must be floating, got ", out, " (shape ", x.shape(), ")");
-  return nn_backend_for(x.device(), op).softmax(x, dim, log, out);
+  return kernel_for(x.device(), &DeviceKernels::softmax, op)(x, dim, log, out);
 }
 
 Tensor softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim_in, bool log) {
@@ -88,7 +66,7 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim_in, bool 
   MT_CHECK(dy.shape() == y.shape(), op, ": dy (shape ", dy.shape(), ") and y (shape ", y.shape(),
            ") must have the same shape");
   const int64_t dim = wrap_dim(dim_in, y.dim(), op, y.shape());
-  return nn_backend_for(y.device(), op).softmax_backward(dy, y, dim, log);
+  return kernel_for(y.device(), &DeviceKernels::softmax_backward, op)(dy, y, dim, log);
 }
 
 // ---- gather / scatter_add ----------------------------------------------------------------
@@ -100,7 +78,7 @@ Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index) {
   check_same_device("gather", x, "x", index, "index");
   const int64_t dim = wrap_dim(dim_in, x.dim(), "gather", x.shape());
   check_index_shape("gather", x.shape(), "x", dim, index);
-  return nn_backend_for(x.device(), "gather").gather(x, dim, index);
+  return kernel_for(x.device(), &DeviceKernels::gather, "gather")(x, dim, index);
 }
 
 Tensor scatter_add(const Shape& shape, int64_t dim_in, const Tensor& index, const Tensor& src) {
@@ -113,7 +91,7 @@ Tensor scatter_add(const Shape& shape, int64_t dim_in, const Tensor& index, cons
            src.shape(), ") must have the same shape");
   const int64_t dim = wrap_dim(dim_in, shape.size(), "scatter_add", shape);
   check_index_shape("scatter_add", shape, "the output", dim, index);
-  return nn_backend_for(src.device(), "scatter_add").scatter_add(shape, dim, index, src);
+  return kernel_for(src.device(), &DeviceKernels::scatter_add, "scatter_add")(shape, dim, index, src);
 }
 
 // ---- layer norm ------------------------------------------------------------------------
@@ -149,7 +127,7 @@ LayerNormResult layer_norm(const Tensor& x, int64_t normalized_numel, const Tens
   MT_CHECK(eps >= 0, "layer_norm: eps must be >= 0, got ", eps);
   check_param("layer_norm", weight, "weight", x, normalized_numel);
   check_param("layer_norm", bias, "bias", x, normalized_numel);
-  return nn_backend_for(x.device(), "layer_norm").layer_norm(x, normalized_numel, weight, bias, eps);
+  return kernel_for(x.device(), &DeviceKernels::layer_norm, "layer_norm")(x, normalized_numel, weight, bias, eps);
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
@@ -172,7 +150,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   MT_CHECK(rstd.numel() == rows && rows > 0 && x.numel() % rows == 0, op, ": mean (shape ", mean.shape(),
            ") and rstd (shape ", rstd.shape(), ") must hold one value per row of x (shape ", x.shape(), ")");
   check_param(op, weight, "weight", x, x.numel() / rows);
-  return nn_backend_for(x.device(), op).layer_norm_backward(dy, x, mean, rstd, weight, bias_defined);
+  return kernel_for(x.device(), &DeviceKernels::layer_norm_backward, op)(dy, x, mean, rstd, weight, bias_defined);
 }
 
 }  // namespace mixtape::kernels

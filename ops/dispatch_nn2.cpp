@@ -3,7 +3,7 @@
 //
 // Like ops/dispatch.cpp, every rule a backend must not decide for itself lives
 // here once: ranks, window sanity, that the window fits the padded input,
-// dtypes, devices and index ranges. Then `nn2_backend_for` picks the device's
+// dtypes, devices and index ranges. Then `kernel_for` picks the device's
 // kernel table; the backends (ops/cpu/nn2.cpp, later cuda/) assume valid
 // arguments (STYLE.md §4). Messages name the kernel and the shapes involved.
 #include <mixtape/ops/kernels.h>
@@ -13,35 +13,11 @@
 #include <string>
 #include <vector>
 
-#include <mixtape/ops/cpu/nn2_kernels.h>
+#include <mixtape/ops/device_kernels.h>
 
 namespace mixtape::kernels {
 
 namespace {
-
-/// The kernels of one kind of device, with validated arguments.
-struct Nn2Backend {
-  Tensor (*im2col)(const Tensor&, const Window2d&);
-  Tensor (*col2im)(const Tensor&, const Shape&, const Window2d&);
-  MaxPoolResult (*max_pool2d)(const Tensor&, const Window2d&);
-  Tensor (*max_pool2d_backward)(const Tensor&, const Tensor&, const Shape&);
-  Tensor (*avg_pool2d)(const Tensor&, const Window2d&);
-  Tensor (*avg_pool2d_backward)(const Tensor&, const Shape&, const Window2d&);
-  Tensor (*dropout_mask)(const Shape&, double, uint64_t, uint64_t, Device);
-  Tensor (*index_select)(const Tensor&, int64_t, const Tensor&);
-  Tensor (*index_add)(const Shape&, int64_t, const Tensor&, const Tensor&);
-};
-
-constexpr Nn2Backend kCpuNn2{&cpu::im2col,       &cpu::col2im,       &cpu::max_pool2d,
-                             &cpu::max_pool2d_backward, &cpu::avg_pool2d, &cpu::avg_pool2d_backward,
-                             &cpu::dropout_mask, &cpu::index_select, &cpu::index_add};
-
-/// The kernel table for `device`; `op` names the caller in the error.
-const Nn2Backend& nn2_backend_for(Device device, const char* op) {
-  if (device.is_cpu()) return kCpuNn2;
-  // The CUDA backend replaces this line with its own table (cuda/).
-  MT_ERROR(op, ": no CUDA kernel yet (the CUDA backend issue); got a tensor on ", device);
-}
 
 std::string describe(const Window2d& w) {
   std::ostringstream os;
@@ -119,7 +95,7 @@ Tensor im2col(const Tensor& x, const Window2d& w) {
   check_4d("im2col", x.shape(), "input");
   check_window("im2col", w);
   check_fits("im2col", x.shape(), w);
-  return nn2_backend_for(x.device(), "im2col").im2col(x, w);
+  return kernel_for(x.device(), &DeviceKernels::im2col, "im2col")(x, w);
 }
 
 Tensor col2im(const Tensor& cols, const Shape& input_shape, const Window2d& w) {
@@ -132,7 +108,7 @@ Tensor col2im(const Tensor& cols, const Shape& input_shape, const Window2d& w) {
   const Shape expected{input_shape[0], input_shape[1] * w.kernel[0] * w.kernel[1], p[2] * p[3]};
   MT_CHECK(cols.shape() == expected, "col2im: expected columns of shape ", expected, " (N, C·kH·kW, H_out·W_out) for ",
            "input shape ", input_shape, " and ", describe(w), ", got ", cols.shape());
-  return nn2_backend_for(cols.device(), "col2im").col2im(cols, input_shape, w);
+  return kernel_for(cols.device(), &DeviceKernels::col2im, "col2im")(cols, input_shape, w);
 }
 
 // ---- pooling ---------------------------------------------------------------------------
@@ -144,7 +120,7 @@ MaxPoolResult max_pool2d(const Tensor& x, const Window2d& w) {
   check_window("max_pool2d", w);
   check_pool_padding("max_pool2d", w);
   check_fits("max_pool2d", x.shape(), w);
-  return nn2_backend_for(x.device(), "max_pool2d").max_pool2d(x, w);
+  return kernel_for(x.device(), &DeviceKernels::max_pool2d, "max_pool2d")(x, w);
 }
 
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape) {
@@ -160,7 +136,7 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape&
            indices.device());
   MT_CHECK(dy.size(0) == input_shape[0] && dy.size(1) == input_shape[1],
            "max_pool2d_backward: dy of shape ", dy.shape(), " does not match the input shape ", input_shape);
-  return nn2_backend_for(dy.device(), "max_pool2d_backward").max_pool2d_backward(dy, indices, input_shape);
+  return kernel_for(dy.device(), &DeviceKernels::max_pool2d_backward, "max_pool2d_backward")(dy, indices, input_shape);
 }
 
 Tensor avg_pool2d(const Tensor& x, const Window2d& w) {
@@ -170,7 +146,7 @@ Tensor avg_pool2d(const Tensor& x, const Window2d& w) {
   check_window("avg_pool2d", w);
   check_pool_padding("avg_pool2d", w);
   check_fits("avg_pool2d", x.shape(), w);
-  return nn2_backend_for(x.device(), "avg_pool2d").avg_pool2d(x, w);
+  return kernel_for(x.device(), &DeviceKernels::avg_pool2d, "avg_pool2d")(x, w);
 }
 
 Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const Window2d& w) {
@@ -182,7 +158,7 @@ Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const Win
   check_fits("avg_pool2d_backward", input_shape, w);
   MT_CHECK(dy.shape() == pooled_shape(input_shape, w), "avg_pool2d_backward: expected dy of shape ",
            pooled_shape(input_shape, w), " for input shape ", input_shape, " and ", describe(w), ", got ", dy.shape());
-  return nn2_backend_for(dy.device(), "avg_pool2d_backward").avg_pool2d_backward(dy, input_shape, w);
+  return kernel_for(dy.device(), &DeviceKernels::avg_pool2d_backward, "avg_pool2d_backward")(dy, input_shape, w);
 }
 
 // ---- dropout -----------------------------------------------------------------------------
@@ -193,7 +169,7 @@ Tensor dropout_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset
     MT_CHECK(shape[d] >= 0, "dropout_mask: negative size ", shape[d], " at dim ", d, " (shape ", shape, ")");
   // Drawn by the CPU for every device and copied there (one byte per element)
   // until a backend brings its own Philox kernel: the counters make it the same mask either way.
-  return kCpuNn2.dropout_mask(shape, p, seed, offset, device);
+  return kernel_for(device, &DeviceKernels::dropout_mask, "dropout_mask")(shape, p, seed, offset, device);
 }
 
 // ---- indexing ----------------------------------------------------------------------------
@@ -203,7 +179,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   MT_CHECK(x.dim() >= 1, "index_select: expected a tensor of at least 1 dim, got shape ", x.shape());
   const int64_t d = wrap_dim(dim, x.dim(), "index_select", x.shape());
   check_index("index_select", index, x.device(), d, x.size(d), x.shape());
-  return nn2_backend_for(x.device(), "index_select").index_select(x, d, index);
+  return kernel_for(x.device(), &DeviceKernels::index_select, "index_select")(x, d, index);
 }
 
 Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -216,7 +192,7 @@ Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Ten
   expected[d] = index.numel();
   MT_CHECK(src.shape() == expected, "index_add: expected src of shape ", expected, " (", index.numel(),
            " indices along dim ", d, " of ", shape, "), got ", src.shape());
-  return nn2_backend_for(src.device(), "index_add").index_add(shape, d, index, src);
+  return kernel_for(src.device(), &DeviceKernels::index_add, "index_add")(shape, d, index, src);
 }
 
 }  // namespace mixtape::kernels

@@ -12,29 +12,10 @@
 #include <optional>
 #include <span>
 
+#include <mixtape/core/kernel_table.h>
 #include <mixtape/core/tensor.h>
 
 namespace mixtape::kernels {
-
-enum class UnaryOp {
-  kNeg, kAbs, kSign, kSquare, kReciprocal,
-  kExp, kLog, kSqrt, kRsqrt,
-  kRelu, kGelu, kGeluTanh, kSigmoid, kTanh,
-};
-
-/// Binary ops with NumPy broadcasting. The *Backward ops take (dy, saved) and
-/// return dx: for relu/gelu/gelu_tanh `saved` is the input x, for sigmoid/tanh
-/// it is the output y. Comparisons return kBool.
-enum class BinaryOp {
-  kAdd, kSub, kMul, kDiv, kMaximum, kMinimum, kPow,
-  kReluBackward, kGeluBackward, kGeluTanhBackward, kSigmoidBackward, kTanhBackward,
-  kEq, kNe, kLt, kLe, kGt, kGe,
-};
-
-/// Ops of a tensor and a double `s`: x + s, x * s, x ^ s, s - x, s / x, x / s, max(x, s), min(x, s).
-enum class ScalarOp { kAdd, kMul, kPow, kRsub, kRdiv, kDiv, kMaximum, kMinimum };
-
-enum class ReduceOp { kSum, kMean, kMax, kMin, kArgmax, kArgmin };
 
 const char* name(UnaryOp op);
 const char* name(BinaryOp op);
@@ -88,31 +69,19 @@ Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const T
 
 /// Layer norm over the trailing `normalized_numel` elements of each row. Returns
 /// y (x's dtype), and per-row mean and rstd (f32, or f64 for f64 input) for the backward.
-struct LayerNormResult {
-  Tensor y, mean, rstd;
-};
 LayerNormResult layer_norm(const Tensor& x, int64_t normalized_numel, const Tensor& weight, const Tensor& bias,
                            double eps);
-struct LayerNormGrads {
-  Tensor dx, dweight, dbias;  // dweight/dbias undefined when weight/bias are
-};
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& weight, bool bias_defined);
 
 // ---- convolution, pooling, dropout, indexing (ops/cpu/conv.cpp, pool.cpp, index.cpp) -------
 
-struct Window2d {
-  int64_t kernel[2], stride[2], padding[2], dilation[2];
-};
 /// (N, C, H, W) -> (N, C·kH·kW, L) columns, L = H_out·W_out; zero padding.
 Tensor im2col(const Tensor& x, const Window2d& w);
 /// The adjoint of im2col: sums columns back into an (N, C, H, W) tensor of `input_shape`.
 Tensor col2im(const Tensor& cols, const Shape& input_shape, const Window2d& w);
 
 /// max over each window (padding never wins); indices (kI64) are flat positions in each H·W plane.
-struct MaxPoolResult {
-  Tensor y, indices;
-};
 MaxPoolResult max_pool2d(const Tensor& x, const Window2d& w);
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape);
 /// mean over each window, padding counted in the divisor (count_include_pad).

@@ -18,7 +18,7 @@
 #include <utility>
 
 #include <mixtape/core/strided_loop.h>
-#include <mixtape/ops/scalar_math.h>
+#include <mixtape/core/scalar_math.h>
 
 namespace mixtape::kernels::cpu {
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include <mixtape/core/strided_loop.h>
-#include <mixtape/ops/scalar_math.h>
+#include <mixtape/core/scalar_math.h>
 
 namespace mixtape::kernels::cpu {
 

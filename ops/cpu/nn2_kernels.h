@@ -13,18 +13,6 @@
 #include <mixtape/core/tensor.h>
 #include <mixtape/ops/kernels.h>
 
-namespace mixtape::kernels {
-
-/// Output length along `axis` (0: H, 1: W) of a window sliding over `in` elements:
-/// floor((in + 2·padding − dilation·(kernel − 1) − 1) / stride) + 1 (may be <= 0 for a window that does not fit).
-inline int64_t window_output_size(int64_t in, const Window2d& w, int axis) {
-  const int64_t span = w.dilation[axis] * (w.kernel[axis] - 1) + 1;
-  const int64_t room = in + 2 * w.padding[axis] - span;
-  return room < 0 ? 0 : room / w.stride[axis] + 1;
-}
-
-}  // namespace mixtape::kernels
-
 namespace mixtape::kernels::cpu {
 
 /// x (N, C, H, W) -> columns (N, C·kH·kW, H_out·W_out); padding reads as 0.

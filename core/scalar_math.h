@@ -1,4 +1,4 @@
-// ops/scalar_math.h — the scalar formula of every elementwise op, for host and device.
+// core/scalar_math.h — the scalar formula of every elementwise op, for host and device.
 //
 // One design idea (STYLE.md §2): the CPU loop (ops/cpu/elementwise.cpp) and
 // the CUDA kernels call the same MT_HD functions, so the two backends differ
@@ -24,7 +24,7 @@
 #include <utility>
 
 #include <mixtape/core/macros.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/core/kernel_table.h>
 
 namespace mixtape::math {
 

@@ -1,0 +1,15 @@
+// ops/device_kernels.cpp — the one place that maps a device to its kernel table.
+#include <mixtape/ops/device_kernels.h>
+
+namespace mixtape::kernels {
+
+const DeviceKernels& kernels_of(Device device, const char* op) {
+  if (device.is_cpu()) return cpu_kernels();
+#if MIXTAPE_WITH_CUDA
+  return cuda_kernels();
+#else
+  MT_ERROR(op, ": got a tensor on ", device, " but mixtape was built without CUDA");
+#endif
+}
+
+}  // namespace mixtape::kernels
