@@ -19,14 +19,6 @@ using autograd::Grads;
 
 namespace {
 
-/// The dtype a product is kept in before a further sum: f32 for f16/bf16, else the dtype itself.
-DType accumulate_dtype(DType t) { return is_reduced_float(t) ? DType::kF32 : t; }
-
-/// H_out (axis 0) or W_out (axis 1) of a window that fits: (in + 2p − d(k − 1) − 1) / s + 1.
-int64_t output_size(int64_t in, const kernels::Window2d& w, int axis) {
-  return (in + 2 * w.padding[axis] - w.dilation[axis] * (w.kernel[axis] - 1) - 1) / w.stride[axis] + 1;
-}
-
 /// Shapes, dtypes and options, with messages naming conv2d and the shapes.
 void check_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
   MT_CHECK(x.defined() && weight.defined(), "conv2d: input and weight must be defined tensors");
@@ -85,12 +77,13 @@ struct Conv2d {
     if (!bias.defined()) {
       y = kernels::matmul(w2, cols);
     } else {
-      const DType acc = accumulate_dtype(x.dtype());
+      const DType acc = ops::opmath_dtype(x.dtype());
       y = kernels::binary(kernels::BinaryOp::kAdd, kernels::matmul(w2, cols, acc),
                           raw::to(raw::reshape(bias, {c_out, 1}), acc));
       y = raw::to(y, x.dtype());
     }
-    y = raw::view(y, {x.size(0), c_out, output_size(x.size(2), ctx.window, 0), output_size(x.size(3), ctx.window, 1)});
+    y = raw::view(y, {x.size(0), c_out, kernels::window_output_size(x.size(2), ctx.window, 0),
+                          kernels::window_output_size(x.size(3), ctx.window, 1)});
     return ctx.unbatched ? raw::squeeze(y, 0) : y;
   }
 
@@ -98,7 +91,7 @@ struct Conv2d {
     const Tensor dy = ctx.unbatched ? raw::unsqueeze(dy_in, 0) : dy_in;  // (N, C_out, H_out, W_out)
     const int64_t n = dy.size(0), c_out = dy.size(1);
     const Tensor g = raw::reshape(dy, {n, c_out, dy.size(2) * dy.size(3)});  // (N, C_out, L)
-    const DType dtype = dy.dtype(), acc = accumulate_dtype(dtype);
+    const DType dtype = dy.dtype(), acc = ops::opmath_dtype(dtype);
     Tensor dx, dweight, dbias;
     if (ctx.needs_input_grad(0)) {  // dX = col2im(Wᵀ · dY), overlapping windows summed in f32
       const Tensor& weight = ctx.saved(1);

@@ -17,9 +17,6 @@ using autograd::Grads;
 
 namespace {
 
-/// The dtype a product is kept in before a further sum: f32 for f16/bf16, else the dtype itself.
-DType accumulate_dtype(DType t) { return is_reduced_float(t) ? DType::kF32 : t; }
-
 /// x @ y (both >= 2-D) as an operand's gradient of `shape`: when x @ y has
 /// more or wider batch dims than `shape`, they are summed in f32 and rounded
 /// once to x's dtype.
@@ -31,7 +28,7 @@ Tensor matmul_to(const Tensor& x, const Tensor& y, const Shape& shape) {
   full.push_back(x.size(-2)), full.push_back(y.size(-1));
   if (full == shape) return kernels::matmul(x, y);
   const DType dtype = x.dtype();
-  return raw::to(ops::sum_to(kernels::matmul(x, y, accumulate_dtype(dtype)), shape), dtype);
+  return raw::to(ops::sum_to(kernels::matmul(x, y, ops::opmath_dtype(dtype)), shape), dtype);
 }
 
 /// t (..., k) as a matrix (rows, k), every leading dim folded into the rows; copies only when strides refuse a view.
@@ -111,7 +108,7 @@ struct Linear {
       y = kernels::matmul(fold_rows(x), wt);
     } else {
       // The bias is added in f32 before the one rounding of f16/bf16 outputs.
-      const DType acc = accumulate_dtype(x.dtype());
+      const DType acc = ops::opmath_dtype(x.dtype());
       y = kernels::binary(kernels::BinaryOp::kAdd, kernels::matmul(fold_rows(x), wt, acc), raw::to(bias, acc));
       y = raw::to(y, x.dtype());
     }
