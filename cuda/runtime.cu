@@ -9,15 +9,19 @@
 // through `mixtape::convert`, the very function the CPU backend uses, so a
 // cast gives the same bits on both backends.
 //
-// Everything runs on the legacy default stream and the copies to and from the
-// host are synchronous cudaMemcpy for now: streams, pinned staging buffers and
-// async copies, and the caching allocator, belong to the CUDA backend issue.
+// Everything is issued to the calling thread's current stream of the device
+// (cuda/stream.h); memory comes from the caching allocator (cuda/allocator.cu).
+// Copies from the host are staged through pinned buffers and return before the
+// device has them; copies to the host wait for their own stream only (the
+// caller reads the bytes when copy_bytes returns).
 #include <mixtape/cuda/runtime.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 
 #include <cuda_runtime.h>
@@ -28,7 +32,9 @@
 #include <mixtape/core/storage.h>
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/core/tensor.h>
+#include <mixtape/cuda/allocator.cuh>
 #include <mixtape/cuda/check.h>
+#include <mixtape/cuda/stream.cuh>
 
 namespace mixtape {
 
@@ -113,6 +119,7 @@ void synchronize() {
   require_available("cuda::synchronize");
   int device = -1;
   MT_CUDA_CHECK(cudaGetDevice(&device), "cuda::synchronize: querying the current device");
+  detail::count_synchronization();
   MT_CUDA_CHECK(cudaDeviceSynchronize(), "cuda::synchronize on cuda:", device);
 }
 
@@ -129,27 +136,6 @@ int current_device() {
 }
 
 namespace {
-
-// ---- device selection ------------------------------------------------------------------
-
-/// Makes `device` current for a scope and restores the caller's device after, so that a call on cuda:1 leaves
-/// a thread that was working on cuda:0 where it was.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) : m_target(device) {
-    MT_CUDA_CHECK(cudaGetDevice(&m_previous), "cuda: querying the current device");
-    if (m_previous != m_target) MT_CUDA_CHECK(cudaSetDevice(m_target), "cuda: selecting cuda:", m_target);
-  }
-  ~DeviceGuard() {
-    if (m_previous != m_target && cudaSetDevice(m_previous) != cudaSuccess) (void)cudaGetLastError();
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int m_target;
-  int m_previous = -1;
-};
 
 constexpr int kMaxDevices = 64;
 
@@ -224,15 +210,41 @@ __device__ __forceinline__ void element_offsets(const KernelLayout<K>& L, int64_
 __device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-/// dst = convert<To>(src) elementwise; overwrites dst.
+/// Elements per 16-byte access of the wider of two types (llm.c's Packed128): 16 for u8 -> u8, 2 for f64.
+template <class To, class From>
+inline constexpr int kVecWidth = 16 / static_cast<int>(sizeof(To) > sizeof(From) ? sizeof(To) : sizeof(From));
+
+/// V values of T loaded or stored as one aligned access.
+template <class T, int V>
+struct alignas(sizeof(T) * V) Packed {
+  T v[V];
+};
+
+/// dst = convert<To>(src) elementwise; overwrites dst. `vectorized` (host-checked: contiguous, both pointers
+/// aligned to their packs) moves kVecWidth elements per thread and access, the tail one by one.
 template <class To, class From>
 __global__ void __launch_bounds__(kThreads) copy_kernel(char* dst,        // (shape) of To, byte strides L[0]
                                                         const char* src,  // (shape) of From, byte strides L[1]
-                                                        KernelLayout<2> L) {
+                                                        KernelLayout<2> L, bool vectorized) {
   if (L.contiguous) {
     To* d = reinterpret_cast<To*>(dst);
     const From* s = reinterpret_cast<const From*>(src);
-    for (int64_t i = first_index(); i < L.numel; i += grid_stride()) d[i] = convert<To>(s[i]);
+    int64_t done = 0;
+    if (vectorized) {
+      constexpr int V = kVecWidth<To, From>;
+      using In = Packed<From, V>;
+      using Out = Packed<To, V>;
+      const int64_t packs = L.numel / V;
+      for (int64_t i = first_index(); i < packs; i += grid_stride()) {
+        const In in = reinterpret_cast<const In*>(src)[i];
+        Out out;
+#pragma unroll
+        for (int k = 0; k < V; ++k) out.v[k] = convert<To>(in.v[k]);
+        reinterpret_cast<Out*>(dst)[i] = out;
+      }
+      done = packs * V;
+    }
+    for (int64_t i = done + first_index(); i < L.numel; i += grid_stride()) d[i] = convert<To>(s[i]);
     return;
   }
   for (int64_t i = first_index(); i < L.numel; i += grid_stride()) {
@@ -264,7 +276,8 @@ int grid_size(int64_t numel, int device) {
 }
 
 /// dst = src converted to dst's dtype; both on the same CUDA device, same shape, any strides. Overwrites dst.
-void copy_cuda(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
+/// Runs on the current stream of the device.
+void copy_cuda(const Tensor& dst, const Tensor& src) {
   MT_CHECK(dst.shape() == src.shape(), "cuda copy: shapes differ (dst ", dst.shape(), ", src ", src.shape(), ")");
   MT_CHECK(dst.is_cuda() && dst.device() == src.device(),
            "cuda copy: both tensors must be on the same CUDA device (dst on ", dst.device(), ", src on ",
@@ -275,12 +288,18 @@ void copy_cuda(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
                        {static_cast<int64_t>(dst.itemsize()), static_cast<int64_t>(src.itemsize())});
   const int device = dst.device().index;
   DeviceGuard guard(device);
-  const int grid = grid_size(L.numel, device);
+  const cudaStream_t stream = launch_stream(device);
   char* d = static_cast<char*>(dst.data_ptr());
   const char* s = static_cast<const char*>(src.data_ptr());
   dispatch(dst.dtype(), [&](auto to) {
     dispatch(src.dtype(), [&](auto from) {
-      copy_kernel<typename decltype(to)::type, typename decltype(from)::type><<<grid, kThreads, 0, stream>>>(d, s, L);
+      using To = typename decltype(to)::type;
+      using From = typename decltype(from)::type;
+      constexpr int V = kVecWidth<To, From>;
+      const bool vectorized = L.contiguous && reinterpret_cast<uintptr_t>(d) % (sizeof(To) * V) == 0 &&
+                              reinterpret_cast<uintptr_t>(s) % (sizeof(From) * V) == 0;
+      const int64_t work = vectorized ? (L.numel + V - 1) / V : L.numel;
+      copy_kernel<To, From><<<grid_size(work, device), kThreads, 0, stream>>>(d, s, L, vectorized);
       MT_CUDA_CHECK_LAUNCH("copy_kernel (", src.dtype(), " -> ", dst.dtype(), ", shape ", dst.shape(), " on ",
                            dst.device(), ")");
     });
@@ -288,13 +307,14 @@ void copy_cuda(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
 }
 
 /// Every element of dst = value converted (once, on the host, exactly as the CPU backend does) to dst's dtype.
-void fill_cuda(const Tensor& dst, double value, cudaStream_t stream) {
+void fill_cuda(const Tensor& dst, double value) {
   MT_CHECK(dst.is_cuda(), "cuda fill: the tensor is on ", dst.device(), ", not a CUDA device");
   if (dst.numel() == 0) return;
   const KernelLayout<1> L =
       kernel_layout<1>(dst.shape(), {&dst.strides()}, {static_cast<int64_t>(dst.itemsize())});
   const int device = dst.device().index;
   DeviceGuard guard(device);
+  const cudaStream_t stream = launch_stream(device);
   const int grid = grid_size(L.numel, device);
   char* d = static_cast<char*>(dst.data_ptr());
   dispatch(dst.dtype(), [&](auto tag) {
@@ -306,66 +326,97 @@ void fill_cuda(const Tensor& dst, double value, cudaStream_t stream) {
 
 // ---- the backend ---------------------------------------------------------------------------
 
+/// Host -> device through pinned staging buffers: each chunk is copied into a buffer on the host, then sent
+/// asynchronously on `stream`; the caller's memory is free to change as soon as this returns.
+void copy_host_to_device(char* dst, const char* src, size_t nbytes, cudaStream_t stream, int device) {
+  for (size_t off = 0; off < nbytes; off += kStagingBytes) {
+    const size_t len = std::min(kStagingBytes, nbytes - off);
+    StagingLease buffer;
+    std::memcpy(buffer.data(), src + off, len);
+    MT_CUDA_CHECK(cudaMemcpyAsync(dst + off, buffer.data(), len, cudaMemcpyHostToDevice, stream),
+                  "cuda copy_bytes cpu -> cuda:", device, " (", len, " of ", nbytes, " bytes)");
+    buffer.record(stream, device);
+  }
+}
+
+/// Device -> host through pinned staging buffers, a few chunks in flight at a time; waits for `stream` up to the
+/// copies (the one synchronisation a copy to the host cannot avoid), not for the rest of the device.
+void copy_device_to_host(char* dst, const char* src, size_t nbytes, cudaStream_t stream, int device) {
+  constexpr size_t kInFlight = 2;  // chunks queued before the first is read back
+  for (size_t group = 0; group < nbytes; group += kInFlight * kStagingBytes) {
+    const size_t end = std::min(nbytes, group + kInFlight * kStagingBytes);
+    std::array<std::unique_ptr<StagingLease>, kInFlight> buffers;
+    size_t k = 0;
+    for (size_t off = group; off < end; off += kStagingBytes, ++k) {
+      buffers[k] = std::make_unique<StagingLease>();
+      MT_CUDA_CHECK(cudaMemcpyAsync(buffers[k]->data(), src + off, std::min(kStagingBytes, end - off),
+                                    cudaMemcpyDeviceToHost, stream),
+                    "cuda copy_bytes cuda:", device, " -> cpu (", nbytes, " bytes)");
+      buffers[k]->record(stream, device);
+    }
+    k = 0;
+    for (size_t off = group; off < end; off += kStagingBytes, ++k) {
+      buffers[k]->wait();
+      std::memcpy(dst + off, buffers[k]->data(), std::min(kStagingBytes, end - off));
+    }
+  }
+}
+
+/// cuda:a -> cuda:b on the source's current stream, ordered after the work queued on both current streams before
+/// it and before the work queued on either after it; the host does not wait.
+void copy_peer(void* dst, int dst_device, const void* src, int src_device, size_t nbytes) {
+  const Stream src_stream = current_stream(src_device), dst_stream = current_stream(dst_device);
+  Event dst_ready;  // earlier kernels of the destination's stream may still read the memory being overwritten
+  dst_ready.record(dst_stream);
+  dst_ready.wait(src_stream);
+  {
+    DeviceGuard guard(src_device);
+    MT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, cuda_stream(src_stream)),
+                  "cuda copy_bytes cuda:", src_device, " -> cuda:", dst_device, " (", nbytes, " bytes)");
+  }
+  Event copied;
+  copied.record(src_stream);
+  copied.wait(dst_stream);
+}
+
 class CudaBackend final : public DeviceBackend {
  public:
-  void* allocate(size_t nbytes, int device) override {
-    DeviceGuard guard(device);
-    // A zero-byte request still gets its own block (cudaMalloc's minimum), so every Storage owns a unique,
-    // non-null pointer that deallocate frees like any other.
-    void* p = nullptr;
-    const cudaError_t status = cudaMalloc(&p, std::max<size_t>(nbytes, 1));
-    if (status == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      size_t free_bytes = 0, total_bytes = 0;
-      if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
-      MT_ERROR("cuda allocator: out of memory allocating ", nbytes, " bytes on cuda:", device, " (free ", free_bytes,
-               " of total ", total_bytes, " bytes)");
-    }
-    MT_CUDA_CHECK(status, "cuda allocator: cudaMalloc of ", nbytes, " bytes on cuda:", device);
-    return p;
-  }
+  void* allocate(size_t nbytes, int device) override { return cached_allocate(nbytes, device); }
 
-  void deallocate(void* ptr, size_t, int device) noexcept override {
-    // Errors are dropped: this runs in destructors, including at process exit after the runtime has unloaded
-    // (cudaErrorCudartUnloading). A sticky error from a faulted kernel stays sticky and surfaces at the next check.
-    int previous = -1;
-    const bool switched =
-        cudaGetDevice(&previous) == cudaSuccess && previous != device && cudaSetDevice(device) == cudaSuccess;
-    (void)cudaFree(ptr);
-    if (switched) (void)cudaSetDevice(previous);
-    (void)cudaGetLastError();
-  }
+  void deallocate(void* ptr, size_t, int) noexcept override { cached_deallocate(ptr); }
 
   void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) override {
     MT_CHECK(dst_device.is_cuda() || src_device.is_cuda(), "cuda copy_bytes: neither side (", src_device, " -> ",
              dst_device, ") is a CUDA device");
+    if (!dst_device.is_cuda()) detail::count_device_to_host_copy();
     if (nbytes == 0) return;
     if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
-      // Ordered after earlier work on both devices, and before later work on either.
-      MT_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, nbytes), "cuda copy_bytes ",
-                    src_device, " -> ", dst_device, " (", nbytes, " bytes)");
+      copy_peer(dst, dst_device.index, src, src_device.index, nbytes);
       return;
     }
-    // Issue on the CUDA side's device, so the copy is ordered with that device's kernels on its legacy stream.
-    DeviceGuard guard(dst_device.is_cuda() ? dst_device.index : src_device.index);
-    const cudaMemcpyKind kind = !src_device.is_cuda() ? cudaMemcpyHostToDevice
-                                : !dst_device.is_cuda() ? cudaMemcpyDeviceToHost
-                                                        : cudaMemcpyDeviceToDevice;
-    // Synchronous with the host for pageable memory (a device-to-host copy waits for the kernels before it);
-    // the pinned, asynchronous path comes with the CUDA backend issue.
-    MT_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, kind), "cuda copy_bytes ", src_device, " -> ", dst_device, " (",
-                  nbytes, " bytes)");
+    const int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
+    DeviceGuard guard(device);
+    const cudaStream_t stream = launch_stream(device);
+    if (!src_device.is_cuda()) {
+      copy_host_to_device(static_cast<char*>(dst), static_cast<const char*>(src), nbytes, stream, device);
+    } else if (!dst_device.is_cuda()) {
+      copy_device_to_host(static_cast<char*>(dst), static_cast<const char*>(src), nbytes, stream, device);
+    } else {
+      MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream), "cuda copy_bytes on cuda:",
+                    device, " (", nbytes, " bytes)");
+    }
   }
 
-  void copy(const Tensor& dst, const Tensor& src) override { copy_cuda(dst, src, cudaStreamLegacy); }
+  void copy(const Tensor& dst, const Tensor& src) override { copy_cuda(dst, src); }
 
-  void fill(const Tensor& dst, double value) override { fill_cuda(dst, value, cudaStreamLegacy); }
+  void fill(const Tensor& dst, double value) override { fill_cuda(dst, value); }
 
   int device_count() const noexcept override { return probe().count; }
 
   void synchronize(int device) override {
     require_device(device, "cuda synchronize");
     DeviceGuard guard(device);
+    detail::count_synchronization();
     MT_CUDA_CHECK(cudaDeviceSynchronize(), "cuda synchronize on cuda:", device);
   }
 };

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace mixtape::cuda {
@@ -46,7 +47,8 @@ struct DeviceProperties {
 /// @endcode
 DeviceProperties device_properties(int device = 0);
 
-/// Waits until every kernel and copy issued to the current device has finished;
+/// Waits until every kernel and copy issued to the current device, on any stream, has finished (counted in
+/// debug_counters().synchronizations);
 /// throws mixtape::Error naming the CUDA error when one of them failed.
 void synchronize();
 
@@ -55,5 +57,52 @@ void set_device(int device);
 
 /// The calling thread's current CUDA device; throws when CUDA is unavailable.
 int current_device();
+
+// ---- the caching allocator -----------------------------------------------------------------
+//
+// CUDA tensors take their memory from a caching allocator (cuda/allocator.cu): a freed block stays reserved
+// and serves the next request of its size class, so a training step after the first calls cudaMalloc no more.
+// Requests are rounded to size classes: up to 1 MiB to a multiple of 512 bytes, above to a multiple of 2 MiB.
+// A block freed while its stream may still use it is reused at once on that stream (stream order makes that
+// safe) and by other streams only after an event recorded at the free has completed.
+//
+//   auto before = mixtape::cuda::memory_stats();
+//   { auto t = mixtape::empty({1024}, mixtape::TensorOptions().device(mixtape::Device::cuda())); }
+//   mixtape::cuda::empty_cache();  // reserved_bytes back to allocated_bytes
+
+/// Byte counts are of whole blocks (rounded sizes); counters run since the process started.
+struct MemoryStats {
+  int64_t allocated_bytes = 0;       // held by live tensors
+  int64_t reserved_bytes = 0;        // obtained from cudaMalloc: allocated + cached
+  int64_t peak_allocated_bytes = 0;  // the most allocated_bytes since the last reset_peak_memory_stats
+  int64_t num_cuda_malloc = 0;       // successful cudaMalloc calls
+  int64_t num_cache_hits = 0;        // requests served from the cache
+};
+
+/// Statistics of `device` (-1: the current device). Never throws: all zero without CUDA or for an unused device.
+MemoryStats memory_stats(int device = -1) noexcept;
+
+/// Sets peak_allocated_bytes to the present allocated_bytes on `device` (-1: the current device). Never throws.
+void reset_peak_memory_stats(int device = -1) noexcept;
+
+/// Returns every cached (unused) block of every device to CUDA with cudaFree, after waiting for the device's
+/// work; tensors alive keep their memory. A no-op without CUDA or with nothing cached.
+void empty_cache();
+
+/// Test mode: when on, every allocation is filled with 0xFF bytes (a NaN in every float dtype) on the current
+/// stream before it is handed out, so an output a kernel forgot to write reads back as NaN. Never throws.
+void set_poison_allocations(bool on) noexcept;
+
+// ---- debug counters ----------------------------------------------------------------------------
+
+/// What the runtime did that makes the host wait: a training step should show neither (DESIGN.md).
+struct DebugCounters {
+  int64_t device_to_host_copies = 0;  // copies from a CUDA device to the CPU (each copy_bytes call)
+  int64_t synchronizations = 0;       // host waits: device, stream and event synchronize, by the runtime or users
+};
+
+/// Counters since the start or the last reset_debug_counters(). Never throw; zero without CUDA.
+DebugCounters debug_counters() noexcept;
+void reset_debug_counters() noexcept;
 
 }  // namespace mixtape::cuda

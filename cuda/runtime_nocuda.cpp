@@ -6,6 +6,9 @@
 #if !MIXTAPE_WITH_CUDA
 
 #include <mixtape/cuda/runtime.h>
+#include <mixtape/cuda/stream.h>
+
+#include <utility>
 
 #include <mixtape/core/error.h>
 
@@ -31,6 +34,61 @@ void synchronize() { MT_ERROR("cuda::synchronize: ", kNoCuda, " (", kHowTo, ")")
 void set_device(int device) { MT_ERROR("cuda::set_device(", device, "): ", kNoCuda, " (", kHowTo, ")"); }
 
 int current_device() { MT_ERROR("cuda::current_device: ", kNoCuda, " (", kHowTo, ")"); }
+
+// ---- the allocator and the debug counters: nothing was ever allocated or copied ----------------
+
+MemoryStats memory_stats(int) noexcept { return {}; }
+
+void reset_peak_memory_stats(int) noexcept {}
+
+void empty_cache() {}
+
+void set_poison_allocations(bool) noexcept {}
+
+DebugCounters debug_counters() noexcept { return {}; }
+
+void reset_debug_counters() noexcept {}
+
+// ---- streams and events: none can exist --------------------------------------------------------
+
+Stream Stream::create(int device) { MT_ERROR("cuda::Stream::create(", device, "): ", kNoCuda, " (", kHowTo, ")"); }
+
+Stream Stream::legacy_default(int device) {
+  MT_ERROR("cuda::Stream::legacy_default(", device, "): ", kNoCuda, " (", kHowTo, ")");
+}
+
+Stream Stream::borrow(void*, int device) {
+  MT_ERROR("cuda::Stream::borrow(", device, "): ", kNoCuda, " (", kHowTo, ")");
+}
+
+bool Stream::query() const { MT_ERROR("cuda::Stream::query: ", kNoCuda, " (", kHowTo, ")"); }
+
+void Stream::synchronize() const { MT_ERROR("cuda::Stream::synchronize: ", kNoCuda, " (", kHowTo, ")"); }
+
+Stream current_stream(int device) { MT_ERROR("cuda::current_stream(", device, "): ", kNoCuda, " (", kHowTo, ")"); }
+
+void set_current_stream(const Stream&) { MT_ERROR("cuda::set_current_stream: ", kNoCuda, " (", kHowTo, ")"); }
+
+StreamGuard::StreamGuard(const Stream&) { MT_ERROR("cuda::StreamGuard: ", kNoCuda, " (", kHowTo, ")"); }
+
+StreamGuard::~StreamGuard() = default;
+
+// An Event can never be recorded here: the waits have nothing to wait for.
+Event::~Event() = default;
+Event::Event(Event&& other) noexcept
+    : m_event(std::exchange(other.m_event, nullptr)), m_device(other.m_device), m_timing(other.m_timing) {}
+Event& Event::operator=(Event&& other) noexcept {
+  m_event = std::exchange(other.m_event, nullptr);
+  m_device = other.m_device;
+  m_timing = other.m_timing;
+  return *this;
+}
+void Event::record() { MT_ERROR("cuda::Event::record: ", kNoCuda, " (", kHowTo, ")"); }
+void Event::record(const Stream&) { MT_ERROR("cuda::Event::record: ", kNoCuda, " (", kHowTo, ")"); }
+void Event::wait(const Stream&) const {}
+bool Event::query() const { return true; }
+void Event::synchronize() const {}
+float Event::elapsed_ms(const Event&) const { MT_ERROR("cuda::Event::elapsed_ms: ", kNoCuda, " (", kHowTo, ")"); }
 
 }  // namespace mixtape::cuda
 

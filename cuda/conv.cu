@@ -1,0 +1,146 @@
+// cuda/conv.cu — im2col and col2im on the GPU: the column transforms conv2d's
+// forward (im2col, then a GEMM) and its dX (a GEMM, then col2im) are built on.
+//
+// The one design idea: both kernels give each thread one element of their
+// output, in the output's memory order. im2col's writes are then coalesced
+// (consecutive threads write consecutive columns of one row). col2im is the
+// gather form of the adjoint: a thread owns one input pixel and sums the
+// kH·kW column entries that read it (at most one per kernel tap) in the
+// CPU's (kh, kw) order, in opmath_t<T>, rounding once. No atomics, so the
+// result is deterministic and bit-identical to ops/cpu/nn2.cpp.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include <mixtape/core/dtype.h>
+#include <mixtape/cuda/check.h>
+#include <mixtape/cuda/nn2.h>
+
+namespace mixtape::kernels::cuda {
+
+namespace {
+
+/// The window and plane sizes in the index type `I` a kernel computes positions in.
+template <class I>
+struct Geometry {
+  I h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+template <class I>
+Geometry<I> geometry(const Nn2Planes& p, const Window2d& w) {
+  return {static_cast<I>(p.h),         static_cast<I>(p.w),         static_cast<I>(p.ho),
+          static_cast<I>(p.wo),        static_cast<I>(w.kernel[0]), static_cast<I>(w.kernel[1]),
+          static_cast<I>(w.stride[0]), static_cast<I>(w.stride[1]), static_cast<I>(w.padding[0]),
+          static_cast<I>(w.padding[1]), static_cast<I>(w.dilation[0]), static_cast<I>(w.dilation[1])};
+}
+
+/// The output along one axis whose tap k reads input position i (o·stride − padding + k·dilation = i), or -1.
+template <class I>
+__device__ __forceinline__ I output_of_tap(I i, I k, I stride, I padding, I dilation, I n_out) {
+  const I t = i + padding - k * dilation;  // o·stride
+  if (t < 0 || t % stride != 0) return -1;
+  const I o = t / stride;
+  return o < n_out ? o : -1;
+}
+
+/// cols[n, (c·kH + kh)·kW + kw, oh·W_out + ow] = x[n, c, oh·sh − ph + kh·dh, ow·sw − pw + kw·dw], 0 outside.
+/// Positions are computed in I: int32_t when every offset fits (integer division is several times cheaper), else
+/// int64_t. Overwrites cols.
+template <class T, class I>
+__global__ void __launch_bounds__(kNn2Threads) im2col_kernel(T* __restrict__ cols,        // (N, C·kH·kW, H_out·W_out)
+                                                             const T* __restrict__ x,     // (N, C, H, W), contiguous
+                                                             Geometry<I> g, int64_t total) {
+  for (int64_t i64 = nn2_first_index(); i64 < total; i64 += nn2_grid_stride()) {
+    // i = ((nc·kH + kh)·kW + kw)·L + oh·W_out + ow
+    I r = static_cast<I>(i64);
+    const I ow = r % g.wo;
+    r /= g.wo;
+    const I oh = r % g.ho;
+    r /= g.ho;
+    const I kw = r % g.kw;
+    r /= g.kw;
+    const I kh = r % g.kh;
+    const I nc = r / g.kh;
+    const I ih = oh * g.sh - g.ph + kh * g.dh;
+    const I iw = ow * g.sw - g.pw + kw * g.dw;
+    const bool inside = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w;
+    cols[i64] = inside ? x[(nc * g.h + ih) * g.w + iw] : convert<T>(0.0f);
+  }
+}
+
+/// x[n, c, ih, iw] = Σ over taps (kh, kw) reading it of cols[n, (c·kH + kh)·kW + kw, oh·W_out + ow], in (kh, kw)
+/// order. Positions in I as for im2col. Overwrites x.
+template <class T, class I>
+__global__ void __launch_bounds__(kNn2Threads) col2im_kernel(T* __restrict__ x,           // (N, C, H, W)
+                                                             const T* __restrict__ cols,  // (N, C·kH·kW, L), contiguous
+                                                             Geometry<I> g, int64_t total) {
+  using M = opmath_t<T>;
+  const I L = g.ho * g.wo, kk = g.kh * g.kw;
+  for (int64_t i64 = nn2_first_index(); i64 < total; i64 += nn2_grid_stride()) {
+    const I i = static_cast<I>(i64);
+    const I iw = i % g.w, ih = (i / g.w) % g.h, nc = i / (g.w * g.h);
+    const T* plane_cols = cols + nc * kk * L;
+    M acc = M(0);
+    for (I kh = 0; kh < g.kh; ++kh) {
+      const I oh = output_of_tap<I>(ih, kh, g.sh, g.ph, g.dh, g.ho);
+      if (oh < 0) continue;
+      for (I kw = 0; kw < g.kw; ++kw) {
+        const I ow = output_of_tap<I>(iw, kw, g.sw, g.pw, g.dw, g.wo);
+        if (ow < 0) continue;
+        acc += static_cast<M>(plane_cols[(kh * g.kw + kw) * L + oh * g.wo + ow]);
+      }
+    }
+    x[i64] = convert<T>(acc);
+  }
+}
+
+/// Runs f(TypeTag<int32_t>) when every position below `largest` (the bigger operand's numel) fits in 32 bits.
+template <class F>
+void with_index_type(int64_t largest, F&& f) {
+  if (largest <= int64_t{0x7fffffff})
+    f(TypeTag<int32_t>{});
+  else
+    f(TypeTag<int64_t>{});
+}
+
+}  // namespace
+
+Tensor im2col(const Tensor& x_in, const Window2d& w) {
+  const Tensor x = raw::contiguous(x_in);
+  const Nn2Planes p = nn2_planes(x.shape(), w);
+  const int64_t kk = w.kernel[0] * w.kernel[1];
+  Tensor cols = empty({x.size(0), x.size(1) * kk, p.ho * p.wo}, TensorOptions(x.dtype()).device(x.device()));
+  const int64_t total = cols.numel();
+  if (total == 0) return cols;
+  dispatch_floating(x.dtype(), "im2col", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    with_index_type(std::max(total, x.numel()), [&](auto itag) {
+      using I = typename decltype(itag)::type;
+      im2col_kernel<T, I><<<nn2_blocks(total), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(cols.data<T>(), x.data<T>(),
+                                                                                geometry<I>(p, w), total);
+      MT_CUDA_CHECK_LAUNCH("im2col_kernel (", x.dtype(), ", input ", x.shape(), " on ", x.device(), ")");
+    });
+  });
+  return cols;
+}
+
+Tensor col2im(const Tensor& cols_in, const Shape& input_shape, const Window2d& w) {
+  const Tensor cols = raw::contiguous(cols_in);
+  const Nn2Planes p = nn2_planes(input_shape, w);
+  Tensor x = empty(input_shape, TensorOptions(cols.dtype()).device(cols.device()));
+  const int64_t total = x.numel();
+  if (total == 0) return x;
+  dispatch_floating(cols.dtype(), "col2im", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    with_index_type(std::max(total, cols.numel()), [&](auto itag) {
+      using I = typename decltype(itag)::type;
+      col2im_kernel<T, I><<<nn2_blocks(total), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(x.data<T>(), cols.data<T>(),
+                                                                                geometry<I>(p, w), total);
+      MT_CUDA_CHECK_LAUNCH("col2im_kernel (", cols.dtype(), ", input shape ", input_shape, " on ", cols.device(),
+                           ")");
+    });
+  });
+  return x;
+}
+
+}  // namespace mixtape::kernels::cuda

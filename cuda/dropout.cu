@@ -1,0 +1,40 @@
+// cuda/dropout.cu — dropout's keep-mask drawn on the GPU.
+//
+// The one design idea: the mask is a pure function of (seed, offset + i), so
+// the device calls the very MT_HD Philox function and uniform_float the CPU
+// reference calls (core/random.h) and compares in double as it does: the
+// same seed and offset give the same bits on both devices, whatever the grid.
+// Drawing here saves the CPU draw and the host-to-device copy of N bytes.
+#include <cuda_runtime.h>
+
+#include <mixtape/core/random.h>
+#include <mixtape/cuda/check.h>
+#include <mixtape/cuda/nn2.h>
+
+namespace mixtape::kernels::cuda {
+
+namespace {
+
+/// mask[i] = uniform_float(philox4x32_10(seed, 0, offset + i)[0]) >= p. Overwrites mask.
+__global__ void __launch_bounds__(kNn2Threads) dropout_mask_kernel(bool* __restrict__ mask,  // (numel), contiguous
+                                                                   int64_t numel, double p, uint64_t seed,
+                                                                   uint64_t offset) {
+  for (int64_t i = nn2_first_index(); i < numel; i += nn2_grid_stride()) {
+    uint32_t words[4];
+    philox4x32_10(seed, 0, offset + static_cast<uint64_t>(i), words);
+    mask[i] = static_cast<double>(uniform_float(words[0])) >= p;
+  }
+}
+
+}  // namespace
+
+Tensor dropout_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset, Device device) {
+  Tensor mask = empty(shape, TensorOptions(DType::kBool).device(device));
+  const int64_t n = mask.numel();
+  if (n == 0) return mask;
+  dropout_mask_kernel<<<nn2_blocks(n), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(mask.data<bool>(), n, p, seed, offset);
+  MT_CUDA_CHECK_LAUNCH("dropout_mask_kernel (shape ", shape, ", p ", p, " on ", device, ")");
+  return mask;
+}
+
+}  // namespace mixtape::kernels::cuda

@@ -1,0 +1,392 @@
+// cuda/layer_norm.cu — layer norm forward and backward over the trailing normalized_numel elements.
+//
+// The one design idea: the threads that own a row (a warp for rows of up to
+// 1024 elements, a block of 256 or 512 threads for longer ones) reduce its
+// statistics in Acc — f32 for f16/bf16/f32 data, f64 for f64 — with
+// cub::WarpReduce / cub::BlockReduce, and every output element is rounded
+// once. The statistics are those of ops/cpu/nn.cpp: the mean summed relative
+// to the row's first element, then the biased variance from the squared
+// deviations (two sweeps of the row, the second from L1/L2), so f16 rows far
+// from 0 keep their precision.
+//
+// dweight/dbias are column sums over rows: each block of the partial kernel
+// sums a fixed chunk of rows for 256 columns into one row of partials, and a
+// final kernel adds the partials of each column in chunk order. No float
+// atomics, so the result is the same on every run.
+// Outputs are freshly allocated and overwritten.
+#include <mixtape/cuda/nn.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/util_ptx.cuh>
+#include <cub/warp/warp_reduce.cuh>
+
+#include <mixtape/core/dtype.h>
+#include <mixtape/core/scalar_math.h>
+
+namespace mixtape::kernels::cuda {
+
+namespace {
+
+/// The type statistics of T data are computed in: f64 for f64, f32 otherwise.
+template <class T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <class Acc>
+constexpr DType acc_dtype_v = std::is_same_v<Acc, double> ? DType::kF64 : DType::kF32;
+
+constexpr int kWarp = 32;
+constexpr int64_t kMaxGrid = 1 << 24;  // row loops are grid-strided past this many blocks
+
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+template <class T>
+constexpr int kVec = static_cast<int>(16 / sizeof(T));
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+/// Two sums reduced together (the backward's Σ g and Σ g·x̂).
+template <class Acc>
+struct Sum2 {
+  Acc a, b;
+};
+
+struct AddOp {
+  template <class Acc>
+  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const {
+    return a + b;
+  }
+  template <class Acc>
+  __device__ __forceinline__ Sum2<Acc> operator()(const Sum2<Acc>& a, const Sum2<Acc>& b) const {
+    return {a.a + b.a, a.b + b.b};
+  }
+};
+
+/// Reduces v over the kPerRow threads sharing a row (a warp, or the whole block) and returns it to all of them.
+template <int kPerRow, int kBlock, class V>
+__device__ __forceinline__ V row_sum(V v) {
+  static_assert(kPerRow == kWarp || kPerRow == kBlock, "a row is owned by a warp or by a block");
+  if constexpr (kPerRow == kWarp) {
+    using WarpReduce = cub::WarpReduce<V>;
+    __shared__ typename WarpReduce::TempStorage tmp[kBlock / kWarp];
+    const V r = WarpReduce(tmp[threadIdx.x / kWarp]).Reduce(v, AddOp{});
+    __syncwarp();
+    return cub::ShuffleIndex<kWarp>(r, 0, 0xffffffffu);
+  } else {
+    using BlockReduce = cub::BlockReduce<V, kBlock>;
+    __shared__ typename BlockReduce::TempStorage tmp;
+    __shared__ V result;
+    const V r = BlockReduce(tmp).Reduce(v, AddOp{});
+    if (threadIdx.x == 0) result = r;
+    __syncthreads();
+    const V out = result;
+    __syncthreads();  // tmp and result are reused by the next reduction
+    return out;
+  }
+}
+
+/// Calls f(i, value) for the elements i ≡ t (mod kPerRow) of a row of C T's — 16-byte vectors when `vec`.
+template <int kPerRow, class T, class F>
+__device__ __forceinline__ void for_my_elements(const T* row, int C, int t, bool vec, F&& f) {
+  constexpr int V = kVec<T>;
+  if (vec) {
+    const auto* rv = reinterpret_cast<const Pack<T, V>*>(row);
+#pragma unroll 4
+    for (int i = t; i < C / V; i += kPerRow) {
+      const Pack<T, V> p = rv[i];
+#pragma unroll
+      for (int k = 0; k < V; ++k) f(i * V + k, p.v[k]);
+    }
+  } else {
+    for (int i = t; i < C; i += kPerRow) f(i, row[i]);
+  }
+}
+
+// ---- forward --------------------------------------------------------------------------------
+
+/// y = (x − mean)·rstd·w + b per row; mean/rstd (rows) written too. Overwrites y, mean, rstd.
+/// `vec`: M is a multiple of kVec<T> and x, y are 16-byte aligned.
+template <class T, int kPerRow, int kBlock>
+__global__ void __launch_bounds__(kBlock) layer_norm_fwd_kernel(const T* __restrict__ x,              // (rows, M)
+                                                                const acc_t<T>* __restrict__ weight,  // (M) or null
+                                                                const acc_t<T>* __restrict__ bias,    // (M) or null
+                                                                T* __restrict__ y,                    // (rows, M)
+                                                                acc_t<T>* __restrict__ mean,          // (rows)
+                                                                acc_t<T>* __restrict__ rstd,          // (rows)
+                                                                int64_t rows, int M, acc_t<T> eps, bool vec) {
+  using Acc = acc_t<T>;
+  constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
+  const int t = static_cast<int>(threadIdx.x) % kPerRow;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const T* xr = x + row * M;
+    const Acc x0 = static_cast<Acc>(xr[0]);
+    Acc s = 0;
+    for_my_elements<kPerRow>(xr, M, t, vec, [&](int, T v) { s += static_cast<Acc>(v) - x0; });
+    const Acc mu = x0 + row_sum<kPerRow, kBlock>(s) / static_cast<Acc>(M);
+    Acc q = 0;
+    for_my_elements<kPerRow>(xr, M, t, vec, [&](int, T v) {
+      const Acc d = static_cast<Acc>(v) - mu;
+      q += d * d;
+    });
+    const Acc var = row_sum<kPerRow, kBlock>(q) / static_cast<Acc>(M);  // biased, like PyTorch
+    const Acc rs = Acc(1) / math::detail::sqrt(var + eps);
+    if (t == 0) {
+      mean[row] = mu;
+      rstd[row] = rs;
+    }
+    auto out = [&](int j, T v) {
+      Acc r = (static_cast<Acc>(v) - mu) * rs;
+      if (weight) r *= weight[j];
+      if (bias) r += bias[j];
+      return convert<T>(r);
+    };
+    T* yr = y + row * M;
+    if (vec) {
+      const auto* xv = reinterpret_cast<const Pack<T, V>*>(xr);
+      auto* yv = reinterpret_cast<Pack<T, V>*>(yr);
+#pragma unroll 4
+      for (int i = t; i < M / V; i += kPerRow) {
+        const Pack<T, V> p = xv[i];
+        Pack<T, V> o;
+#pragma unroll
+        for (int k = 0; k < V; ++k) o.v[k] = out(i * V + k, p.v[k]);
+        yv[i] = o;
+      }
+    } else {
+      for (int i = t; i < M; i += kPerRow) yr[i] = out(i, xr[i]);
+    }
+  }
+}
+
+// ---- backward -------------------------------------------------------------------------------
+
+/// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) per row, g = dy·w, x̂ = (x − mean)·rstd. Overwrites dx.
+template <class T, int kPerRow, int kBlock>
+__global__ void __launch_bounds__(kBlock) layer_norm_bwd_dx_kernel(const T* __restrict__ dy,            // (rows, M)
+                                                                   const T* __restrict__ x,             // (rows, M)
+                                                                   const acc_t<T>* __restrict__ mean,   // (rows)
+                                                                   const acc_t<T>* __restrict__ rstd,   // (rows)
+                                                                   const acc_t<T>* __restrict__ weight,  // (M) or null
+                                                                   T* __restrict__ dx,                  // (rows, M)
+                                                                   int64_t rows, int M, bool vec) {
+  using Acc = acc_t<T>;
+  constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
+  const int t = static_cast<int>(threadIdx.x) % kPerRow;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const int64_t off = row * M;
+    const Acc mu = mean[row], rs = rstd[row];
+    auto gw = [&](int j, Acc g) { return weight ? g * weight[j] : g; };
+    Sum2<Acc> s{0, 0};
+    auto add = [&](int j, Acc g, Acc xv) {
+      const Acc gj = gw(j, g);
+      s.a += gj;
+      s.b += gj * ((xv - mu) * rs);
+    };
+    auto grad = [&](int j, Acc g, Acc xv, Acc mg, Acc mgx) {
+      const Acc xhat = (xv - mu) * rs;
+      return convert<T>(rs * (gw(j, g) - mg - xhat * mgx));
+    };
+    if (vec) {
+      const auto* gv = reinterpret_cast<const Pack<T, V>*>(dy + off);
+      const auto* xv = reinterpret_cast<const Pack<T, V>*>(x + off);
+#pragma unroll 4
+      for (int i = t; i < M / V; i += kPerRow) {
+        const Pack<T, V> g = gv[i], p = xv[i];
+#pragma unroll
+        for (int k = 0; k < V; ++k) add(i * V + k, static_cast<Acc>(g.v[k]), static_cast<Acc>(p.v[k]));
+      }
+    } else {
+      for (int i = t; i < M; i += kPerRow) add(i, static_cast<Acc>(dy[off + i]), static_cast<Acc>(x[off + i]));
+    }
+    s = row_sum<kPerRow, kBlock>(s);
+    const Acc mg = s.a / static_cast<Acc>(M), mgx = s.b / static_cast<Acc>(M);
+    if (vec) {
+      const auto* gv = reinterpret_cast<const Pack<T, V>*>(dy + off);
+      const auto* xv = reinterpret_cast<const Pack<T, V>*>(x + off);
+      auto* dv = reinterpret_cast<Pack<T, V>*>(dx + off);
+#pragma unroll 4
+      for (int i = t; i < M / V; i += kPerRow) {
+        const Pack<T, V> g = gv[i], p = xv[i];
+        Pack<T, V> o;
+#pragma unroll
+        for (int k = 0; k < V; ++k) o.v[k] = grad(i * V + k, static_cast<Acc>(g.v[k]), static_cast<Acc>(p.v[k]), mg, mgx);
+        dv[i] = o;
+      }
+    } else {
+      for (int i = t; i < M; i += kPerRow)
+        dx[off + i] = grad(i, static_cast<Acc>(dy[off + i]), static_cast<Acc>(x[off + i]), mg, mgx);
+    }
+  }
+}
+
+constexpr int kColumnThreads = 256;
+constexpr int64_t kRowsPerChunk = 64;
+constexpr int64_t kMaxChunks = 65535;  // gridDim.y
+
+/// Partial column sums over one chunk of rows (blockIdx.y) for kColumnThreads columns (blockIdx.x):
+/// dweight_part[chunk, j] = Σ dy·x̂, dbias_part[chunk, j] = Σ dy. Overwrites the partials; either may be null.
+template <class T>
+__global__ void __launch_bounds__(kColumnThreads) layer_norm_bwd_params_partial_kernel(
+    const T* __restrict__ dy,                // (rows, M)
+    const T* __restrict__ x,                 // (rows, M)
+    const acc_t<T>* __restrict__ mean,       // (rows)
+    const acc_t<T>* __restrict__ rstd,       // (rows)
+    acc_t<T>* __restrict__ dweight_part,     // (chunks, M) or null
+    acc_t<T>* __restrict__ dbias_part,       // (chunks, M) or null
+    int64_t rows, int64_t M, int64_t rows_per_chunk) {
+  using Acc = acc_t<T>;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
+  if (j >= M) return;
+  const int64_t chunk = blockIdx.y, r0 = chunk * rows_per_chunk, r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  Acc dw = 0, db = 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    const Acc g = static_cast<Acc>(dy[r * M + j]);
+    if (dweight_part) dw += g * ((static_cast<Acc>(x[r * M + j]) - mean[r]) * rstd[r]);
+    db += g;
+  }
+  if (dweight_part) dweight_part[chunk * M + j] = dw;
+  if (dbias_part) dbias_part[chunk * M + j] = db;
+}
+
+/// out[j] = Σ_chunk part[chunk, j], in chunk order. Overwrites out.
+template <class Acc>
+__global__ void __launch_bounds__(kColumnThreads) layer_norm_bwd_params_final_kernel(const Acc* __restrict__ part,  // (chunks, M)
+                                                                                     Acc* __restrict__ out,         // (M)
+                                                                                     int64_t chunks, int64_t M) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
+  if (j >= M) return;
+  Acc s = 0;
+  for (int64_t c = 0; c < chunks; ++c) s += part[c * M + j];
+  out[j] = s;
+}
+
+// ---- launchers ------------------------------------------------------------------------------
+
+/// Rows of up to 1024 elements: a warp each, 8 per block; up to 8192: a block of 256; longer: a block of 512
+/// (two such blocks fit an SM at <= 64 registers a thread, so one block's reduction overlaps the other's loads).
+template <int kPerRow, int kBlock, class Kernel, class... Args>
+void launch_rows(Kernel kernel, const char* name, int64_t rows, int64_t M, Args... args) {
+  constexpr int kRowsPerBlock = kBlock / kPerRow;
+  const int64_t blocks = std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxGrid);
+  kernel<<<static_cast<unsigned>(blocks), kBlock, 0, ::mixtape::cuda::launch_stream()>>>(args...);
+  MT_CUDA_CHECK_LAUNCH(name, " (", rows, " rows of ", M, ")");
+}
+
+/// `t` (undefined allowed) as a contiguous Acc tensor: the per-column parameters.
+template <class Acc>
+Tensor params_as(const Tensor& t) {
+  return t.defined() ? raw::contiguous(raw::to(t, acc_dtype_v<Acc>)) : Tensor();
+}
+
+template <class Acc>
+const Acc* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<Acc>() : nullptr;
+}
+
+}  // namespace
+
+LayerNormResult layer_norm(const Tensor& x_in, int64_t normalized_numel, const Tensor& weight, const Tensor& bias,
+                           double eps) {
+  const char* op = "layer_norm_fwd_kernel";
+  const Tensor x = raw::contiguous(x_in);
+  const int64_t M = normalized_numel, rows = x.numel() / M;
+  MT_CHECK(M <= std::numeric_limits<int>::max(), "layer_norm: rows of ", M, " elements are too long");
+  LayerNormResult r;
+  r.y = empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = acc_t<T>;
+    const auto stats = TensorOptions(acc_dtype_v<Acc>).device(x.device());
+    r.mean = empty({rows}, stats);
+    r.rstd = empty({rows}, stats);
+    if (rows == 0) return;
+    const Tensor w = params_as<Acc>(weight), b = params_as<Acc>(bias);
+    DeviceGuard guard(x.device());
+    const T* xp = x.data<T>();
+    T* yp = r.y.data<T>();
+    const bool vec = M % kVec<T> == 0 && aligned(xp, 16) && aligned(yp, 16);
+    auto args = [&](auto launch) {
+      launch(xp, data_or_null<Acc>(w), data_or_null<Acc>(b), yp, r.mean.data<Acc>(), r.rstd.data<Acc>(), rows,
+             static_cast<int>(M), static_cast<Acc>(eps), vec);
+    };
+    if (M <= 1024)
+      args([&](auto... a) { launch_rows<kWarp, 256>(layer_norm_fwd_kernel<T, kWarp, 256>, op, rows, M, a...); });
+    else if (M <= 8192)
+      args([&](auto... a) { launch_rows<256, 256>(layer_norm_fwd_kernel<T, 256, 256>, op, rows, M, a...); });
+    else
+      args([&](auto... a) { launch_rows<512, 512>(layer_norm_fwd_kernel<T, 512, 512>, op, rows, M, a...); });
+  });
+  return r;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean_in,
+                                   const Tensor& rstd_in, const Tensor& weight, bool bias_defined) {
+  const char* op = "layer_norm_bwd_dx_kernel";
+  const Tensor dy = raw::contiguous(dy_in), x = raw::contiguous(x_in);
+  const Tensor mean_t = raw::contiguous(mean_in), rstd_t = raw::contiguous(rstd_in);
+  const int64_t rows = mean_t.numel(), M = rows == 0 ? 1 : x.numel() / rows;
+  MT_CHECK(M <= std::numeric_limits<int>::max(), "layer_norm_backward: rows of ", M, " elements are too long");
+  LayerNormGrads g;
+  const Device device = x.device();
+  g.dx = empty(x.shape(), TensorOptions(x.dtype()).device(device));
+  const bool want_w = weight.defined();
+  const DType param_dtype = want_w ? weight.dtype() : x.dtype();
+  const Shape param_shape = want_w ? weight.shape() : Shape{M};
+  if (rows == 0 || x.numel() == 0) {
+    if (want_w) g.dweight = zeros(param_shape, TensorOptions(param_dtype).device(device));
+    if (bias_defined) g.dbias = zeros(param_shape, TensorOptions(param_dtype).device(device));
+    return g;
+  }
+  DeviceGuard guard(device);
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = acc_t<T>;
+    const Tensor w = params_as<Acc>(weight);
+    const T* gp = dy.data<T>();
+    const T* xp = x.data<T>();
+    const Acc* mp = mean_t.data<Acc>();
+    const Acc* rp = rstd_t.data<Acc>();
+    T* dxp = g.dx.data<T>();
+    const bool vec = M % kVec<T> == 0 && aligned(gp, 16) && aligned(xp, 16) && aligned(dxp, 16);
+    auto args = [&](auto launch) { launch(gp, xp, mp, rp, data_or_null<Acc>(w), dxp, rows, static_cast<int>(M), vec); };
+    if (M <= 1024)
+      args([&](auto... a) { launch_rows<kWarp, 256>(layer_norm_bwd_dx_kernel<T, kWarp, 256>, op, rows, M, a...); });
+    else if (M <= 8192)
+      args([&](auto... a) { launch_rows<256, 256>(layer_norm_bwd_dx_kernel<T, 256, 256>, op, rows, M, a...); });
+    else
+      args([&](auto... a) { launch_rows<512, 512>(layer_norm_bwd_dx_kernel<T, 512, 512>, op, rows, M, a...); });
+
+    if (!want_w && !bias_defined) return;
+    // Chunks of rows: enough blocks to fill the GPU, at most kMaxChunks (gridDim.y).
+    const int64_t rows_per_chunk = std::max(kRowsPerChunk, (rows + kMaxChunks - 1) / kMaxChunks);
+    const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+    const auto acc = TensorOptions(acc_dtype_v<Acc>).device(device);
+    const Tensor dw_part = want_w ? empty({chunks, M}, acc) : Tensor();
+    const Tensor db_part = bias_defined ? empty({chunks, M}, acc) : Tensor();
+    const dim3 grid(static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), static_cast<unsigned>(chunks));
+    layer_norm_bwd_params_partial_kernel<T><<<grid, kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
+        gp, xp, mp, rp, want_w ? dw_part.data<Acc>() : nullptr, bias_defined ? db_part.data<Acc>() : nullptr, rows, M,
+        rows_per_chunk);
+    MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_params_partial_kernel (", rows, " rows of ", M, ")");
+    auto finish = [&](const Tensor& part) {
+      Tensor sum = empty(param_shape, acc);
+      layer_norm_bwd_params_final_kernel<Acc>
+          <<<static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
+              part.data<Acc>(), sum.data<Acc>(), chunks, M);
+      MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_params_final_kernel (", chunks, " chunks of ", M, " columns)");
+      return raw::to(sum, param_dtype);  // one rounding to the parameters' dtype
+    };
+    if (want_w) g.dweight = finish(dw_part);
+    if (bias_defined) g.dbias = finish(db_part);
+  });
+  return g;
+}
+
+}  // namespace mixtape::kernels::cuda

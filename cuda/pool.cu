@@ -1,0 +1,229 @@
+// cuda/pool.cu — max and average pooling on the GPU, forward and backward.
+//
+// The one design idea: one thread per output element, visiting its
+// contributions in the order ops/cpu/nn2.cpp does, so the GPU gives the CPU's
+// bits and no sum depends on scheduling.
+//   - Forwards: a thread per pooled output scans its window's taps (kh, kw)
+//     row-major, skipping padding taps: padding never wins a max, and counts
+//     as zeros in the average (count_include_pad).
+//   - avg_pool2d_backward: a thread per input pixel gathers dy / (kH·kW) from
+//     the windows that cover it, in the CPU's (oh, ow) order.
+//   - max_pool2d_backward: the table hands it no window, only indices, so a
+//     pixel cannot enumerate the windows that may contain it. A thread per
+//     (n, c) plane walks the plane's outputs in row-major order and adds dy at
+//     each index into an opmath_t<T> plane (the CPU's loop), then one pass
+//     rounds it to T. Cost: H_out·W_out serial steps per plane, N·C planes in
+//     parallel (MNIST: 196 steps × 4096 threads). With the window in the
+//     table's signature it would become a per-pixel gather like the others.
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include <mixtape/core/dtype.h>
+#include <mixtape/cuda/check.h>
+#include <mixtape/cuda/nn2.h>
+
+namespace mixtape::kernels::cuda {
+
+namespace {
+
+template <class M>
+__device__ __forceinline__ bool is_nan(M v) {
+  return v != v;
+}
+
+template <class M>
+__device__ __forceinline__ M minus_infinity() {
+  if constexpr (std::is_same_v<M, double>)
+    return -__longlong_as_double(0x7ff0000000000000ll);
+  else
+    return -__int_as_float(0x7f800000);
+}
+
+/// y = max over each window's taps inside the plane, indices = the winning tap's flat position in H·W (-1, y = -inf,
+/// for a window of padding only). The first of equal maxima wins; a NaN wins and stays. Overwrites y and indices.
+template <class T>
+__global__ void __launch_bounds__(kNn2Threads) max_pool2d_fwd_kernel(T* __restrict__ y,               // (N, C, H_out, W_out)
+                                                                     int64_t* __restrict__ indices,   // (N, C, H_out, W_out)
+                                                                     const T* __restrict__ x,         // (N, C, H, W), contiguous
+                                                                     Nn2Planes p, Window2d w, int64_t total) {
+  using M = opmath_t<T>;
+  for (int64_t i = nn2_first_index(); i < total; i += nn2_grid_stride()) {
+    const int64_t ow = i % p.wo, oh = (i / p.wo) % p.ho, nc = i / (p.wo * p.ho);
+    const T* src = x + nc * p.h * p.w;
+    M best = minus_infinity<M>();
+    int64_t idx = -1;
+    bool found_nan = false;  // the first NaN wins and stays, as on the CPU
+    for (int64_t kh = 0; kh < w.kernel[0] && !found_nan; ++kh) {
+      const int64_t ih = oh * w.stride[0] - w.padding[0] + kh * w.dilation[0];
+      if (ih < 0 || ih >= p.h) continue;
+      for (int64_t kw = 0; kw < w.kernel[1] && !found_nan; ++kw) {
+        const int64_t iw = ow * w.stride[1] - w.padding[1] + kw * w.dilation[1];
+        if (iw < 0 || iw >= p.w) continue;
+        const M v = static_cast<M>(src[ih * p.w + iw]);
+        if (idx < 0 || v > best || is_nan(v)) {
+          best = v;
+          idx = ih * p.w + iw;
+          found_nan = is_nan(v);
+        }
+      }
+    }
+    y[i] = idx >= 0 ? src[idx] : convert<T>(best);
+    indices[i] = idx;
+  }
+}
+
+/// acc[nc, indices[nc, o]] += dy[nc, o] for o in row-major order; one thread per plane. Accumulates into acc,
+/// which the launcher zeroes.
+template <class T>
+__global__ void __launch_bounds__(kNn2Threads) max_pool2d_bwd_kernel(opmath_t<T>* __restrict__ acc,        // (N, C, H, W)
+                                                                     const T* __restrict__ dy,             // (N, C, H_out, W_out)
+                                                                     const int64_t* __restrict__ indices,  // (N, C, H_out, W_out)
+                                                                     int64_t count, int64_t in_plane, int64_t out_plane) {
+  using M = opmath_t<T>;
+  for (int64_t nc = nn2_first_index(); nc < count; nc += nn2_grid_stride()) {
+    M* a = acc + nc * in_plane;
+    const T* g = dy + nc * out_plane;
+    const int64_t* idx = indices + nc * out_plane;
+    for (int64_t o = 0; o < out_plane; ++o) {
+      const int64_t at = idx[o];
+      if (at >= 0 && at < in_plane) a[at] += static_cast<M>(g[o]);  // -1 (an all-padding window) adds nothing
+    }
+  }
+}
+
+/// out = convert<T>(acc), elementwise. Overwrites out.
+template <class T>
+__global__ void __launch_bounds__(kNn2Threads) round_kernel(T* __restrict__ out, const opmath_t<T>* __restrict__ acc,
+                                                            int64_t total) {
+  for (int64_t i = nn2_first_index(); i < total; i += nn2_grid_stride()) out[i] = convert<T>(acc[i]);
+}
+
+/// y = (Σ of the window's taps inside the plane) / (kH·kW). Overwrites y.
+template <class T>
+__global__ void __launch_bounds__(kNn2Threads) avg_pool2d_fwd_kernel(T* __restrict__ y,        // (N, C, H_out, W_out)
+                                                                     const T* __restrict__ x,  // (N, C, H, W), contiguous
+                                                                     Nn2Planes p, Window2d w, int64_t total) {
+  using M = opmath_t<T>;
+  const M divisor = static_cast<M>(w.kernel[0] * w.kernel[1]);
+  for (int64_t i = nn2_first_index(); i < total; i += nn2_grid_stride()) {
+    const int64_t ow = i % p.wo, oh = (i / p.wo) % p.ho, nc = i / (p.wo * p.ho);
+    const T* src = x + nc * p.h * p.w;
+    M sum = M(0);
+    for (int64_t kh = 0; kh < w.kernel[0]; ++kh) {
+      const int64_t ih = oh * w.stride[0] - w.padding[0] + kh * w.dilation[0];
+      if (ih < 0 || ih >= p.h) continue;
+      for (int64_t kw = 0; kw < w.kernel[1]; ++kw) {
+        const int64_t iw = ow * w.stride[1] - w.padding[1] + kw * w.dilation[1];
+        if (iw < 0 || iw >= p.w) continue;
+        sum += static_cast<M>(src[ih * p.w + iw]);
+      }
+    }
+    y[i] = convert<T>(sum / divisor);
+  }
+}
+
+/// dx[n, c, ih, iw] = Σ over the windows covering it of dy / (kH·kW). Overwrites dx.
+template <class T>
+__global__ void __launch_bounds__(kNn2Threads) avg_pool2d_bwd_kernel(T* __restrict__ dx,        // (N, C, H, W)
+                                                                     const T* __restrict__ dy,  // (N, C, H_out, W_out), contiguous
+                                                                     Nn2Planes p, Window2d w, int64_t total) {
+  using M = opmath_t<T>;
+  const M divisor = static_cast<M>(w.kernel[0] * w.kernel[1]);
+  for (int64_t i = nn2_first_index(); i < total; i += nn2_grid_stride()) {
+    const int64_t iw = i % p.w, ih = (i / p.w) % p.h, nc = i / (p.w * p.h);
+    const T* g = dy + nc * p.ho * p.wo;
+    M acc = M(0);
+    // Taps from the last to the first visit the covering windows with (oh, ow) ascending: the CPU's order.
+    for (int64_t kh = w.kernel[0] - 1; kh >= 0; --kh) {
+      const int64_t oh = nn2_output_of_tap(ih, kh, w.stride[0], w.padding[0], w.dilation[0], p.ho);
+      if (oh < 0) continue;
+      for (int64_t kw = w.kernel[1] - 1; kw >= 0; --kw) {
+        const int64_t ow = nn2_output_of_tap(iw, kw, w.stride[1], w.padding[1], w.dilation[1], p.wo);
+        if (ow < 0) continue;
+        acc += static_cast<M>(g[oh * p.wo + ow]) / divisor;
+      }
+    }
+    dx[i] = convert<T>(acc);
+  }
+}
+
+}  // namespace
+
+MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
+  const Tensor x = raw::contiguous(x_in);
+  const Nn2Planes p = nn2_planes(x.shape(), w);
+  const Shape out_shape{x.size(0), x.size(1), p.ho, p.wo};
+  MaxPoolResult r{empty(out_shape, TensorOptions(x.dtype()).device(x.device())),
+                  empty(out_shape, TensorOptions(DType::kI64).device(x.device()))};
+  const int64_t total = r.y.numel();
+  if (total == 0) return r;
+  dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    max_pool2d_fwd_kernel<T><<<nn2_blocks(total), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(
+        r.y.data<T>(), r.indices.data<int64_t>(), x.data<T>(), p, w, total);
+    MT_CUDA_CHECK_LAUNCH("max_pool2d_fwd_kernel (", x.dtype(), ", input ", x.shape(), " on ", x.device(), ")");
+  });
+  return r;
+}
+
+Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& input_shape) {
+  const Tensor dy = raw::contiguous(dy_in), indices = raw::contiguous(indices_in);
+  const TensorOptions on_device = TensorOptions(dy.dtype()).device(dy.device());
+  Tensor dx = empty(input_shape, on_device);  // (N, C, H, W)
+  if (dx.numel() == 0) return dx;
+  const int64_t count = input_shape[0] * input_shape[1], in_plane = input_shape[2] * input_shape[3];
+  const int64_t out_plane = dy.size(2) * dy.size(3);
+  dispatch_floating(dy.dtype(), "max_pool2d_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    // f32/f64 accumulate in dx itself; f16/bf16 in an f32 plane rounded once at the end.
+    constexpr bool kInPlace = std::is_same_v<T, M>;
+    Tensor acc = kInPlace ? dx : empty(input_shape, TensorOptions(dtype_v<M>).device(dy.device()));
+    MT_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, acc.nbytes(), ::mixtape::cuda::launch_stream()),
+                  "max_pool2d_backward: zeroing ", acc.nbytes(), " bytes on ", dy.device());
+    if (out_plane > 0) {
+      max_pool2d_bwd_kernel<T><<<nn2_blocks(count), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(
+          acc.data<M>(), dy.data<T>(), indices.data<int64_t>(), count, in_plane, out_plane);
+      MT_CUDA_CHECK_LAUNCH("max_pool2d_bwd_kernel (", dy.dtype(), ", dy ", dy.shape(), " on ", dy.device(), ")");
+    }
+    if constexpr (!kInPlace) {
+      const int64_t total = dx.numel();
+      round_kernel<T><<<nn2_blocks(total), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(dx.data<T>(), acc.data<M>(), total);
+      MT_CUDA_CHECK_LAUNCH("max_pool2d_backward round_kernel (", dy.dtype(), ", dx ", input_shape, ")");
+    }
+  });
+  return dx;
+}
+
+Tensor avg_pool2d(const Tensor& x_in, const Window2d& w) {
+  const Tensor x = raw::contiguous(x_in);
+  const Nn2Planes p = nn2_planes(x.shape(), w);
+  Tensor y = empty({x.size(0), x.size(1), p.ho, p.wo}, TensorOptions(x.dtype()).device(x.device()));
+  const int64_t total = y.numel();
+  if (total == 0) return y;
+  dispatch_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    avg_pool2d_fwd_kernel<T><<<nn2_blocks(total), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(y.data<T>(), x.data<T>(), p, w,
+                                                                                  total);
+    MT_CUDA_CHECK_LAUNCH("avg_pool2d_fwd_kernel (", x.dtype(), ", input ", x.shape(), " on ", x.device(), ")");
+  });
+  return y;
+}
+
+Tensor avg_pool2d_backward(const Tensor& dy_in, const Shape& input_shape, const Window2d& w) {
+  const Tensor dy = raw::contiguous(dy_in);
+  const Nn2Planes p = nn2_planes(input_shape, w);
+  Tensor dx = empty(input_shape, TensorOptions(dy.dtype()).device(dy.device()));
+  const int64_t total = dx.numel();
+  if (total == 0) return dx;
+  dispatch_floating(dy.dtype(), "avg_pool2d_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    avg_pool2d_bwd_kernel<T><<<nn2_blocks(total), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(dx.data<T>(), dy.data<T>(), p, w,
+                                                                                  total);
+    MT_CUDA_CHECK_LAUNCH("avg_pool2d_bwd_kernel (", dy.dtype(), ", dy ", dy.shape(), " on ", dy.device(), ")");
+  });
+  return dx;
+}
+
+}  // namespace mixtape::kernels::cuda

@@ -1,0 +1,192 @@
+// cuda/stream.cu — streams, events, the per-thread current stream and the runtime's debug counters.
+//
+// The current stream is a thread_local table indexed by device, holding the
+// legacy default stream until a thread sets another: reading it on every
+// launch costs a table lookup and no CUDA call.
+#include <mixtape/cuda/stream.h>
+
+#include <atomic>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include <mixtape/core/error.h>
+#include <mixtape/cuda/check.h>
+#include <mixtape/cuda/runtime.h>
+#include <mixtape/cuda/stream.cuh>
+
+namespace mixtape::cuda {
+namespace {
+
+std::atomic<int64_t> g_device_to_host_copies{0};
+std::atomic<int64_t> g_synchronizations{0};
+
+/// `device`, or the current device for -1, checked against the visible devices.
+int resolve_device(int device, const char* op) {
+  MT_CHECK(is_available(), op, ": CUDA is unavailable (", unavailable_reason(), ")");
+  if (device < 0) MT_CUDA_CHECK(cudaGetDevice(&device), op, ": querying the current device");
+  MT_CHECK(device < device_count(), op, ": CUDA device index ", device, " is out of range (", device_count(),
+           " device", device_count() == 1 ? "" : "s", " present)");
+  return device;
+}
+
+/// The calling thread's current stream per device; grown on first use of a device.
+std::vector<Stream>& current_streams() {
+  thread_local std::vector<Stream> streams;
+  return streams;
+}
+
+}  // namespace
+
+namespace detail {
+void count_synchronization() noexcept { g_synchronizations.fetch_add(1, std::memory_order_relaxed); }
+void count_device_to_host_copy() noexcept { g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace detail
+
+DebugCounters debug_counters() noexcept {
+  return {g_device_to_host_copies.load(std::memory_order_relaxed), g_synchronizations.load(std::memory_order_relaxed)};
+}
+
+void reset_debug_counters() noexcept {
+  g_device_to_host_copies.store(0, std::memory_order_relaxed);
+  g_synchronizations.store(0, std::memory_order_relaxed);
+}
+
+// ---- Stream ------------------------------------------------------------------------------------
+
+Stream Stream::create(int device) {
+  device = resolve_device(device, "cuda::Stream::create");
+  DeviceGuard guard(device);
+  cudaStream_t s = nullptr;
+  MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cuda::Stream::create on cuda:", device);
+  // The deleter runs when the last copy goes; errors are dropped (it may run at exit, after the runtime unloaded).
+  std::shared_ptr<void> owner(static_cast<void*>(s), [](void* p) {
+    if (cudaStreamDestroy(static_cast<cudaStream_t>(p)) != cudaSuccess) (void)cudaGetLastError();
+  });
+  return Stream(static_cast<void*>(s), device, std::move(owner));
+}
+
+Stream Stream::legacy_default(int device) {
+  return Stream(nullptr, resolve_device(device, "cuda::Stream::legacy_default"), nullptr);
+}
+
+Stream Stream::borrow(void* handle, int device) {
+  return Stream(handle == static_cast<void*>(cudaStreamLegacy) ? nullptr : handle,
+                resolve_device(device, "cuda::Stream::borrow"), nullptr);
+}
+
+bool Stream::query() const {
+  DeviceGuard guard(m_device);
+  const cudaError_t status = cudaStreamQuery(cuda_stream(*this));
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  MT_CUDA_CHECK(status, "cuda::Stream::query on cuda:", m_device);
+  return true;
+}
+
+void Stream::synchronize() const {
+  DeviceGuard guard(m_device);
+  detail::count_synchronization();
+  MT_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(*this)), "cuda::Stream::synchronize on cuda:", m_device);
+}
+
+Stream current_stream(int device) {
+  device = resolve_device(device, "cuda::current_stream");
+  std::vector<Stream>& streams = current_streams();
+  if (static_cast<size_t>(device) >= streams.size()) {
+    for (int d = static_cast<int>(streams.size()); d <= device; ++d) streams.push_back(Stream::legacy_default(d));
+  }
+  return streams[static_cast<size_t>(device)];
+}
+
+void set_current_stream(const Stream& stream) {
+  (void)current_stream(stream.device());  // grows the table, checks the device
+  current_streams()[static_cast<size_t>(stream.device())] = stream;
+}
+
+StreamGuard::StreamGuard(const Stream& stream) : m_previous(current_stream(stream.device())) {
+  set_current_stream(stream);
+}
+
+StreamGuard::~StreamGuard() { current_streams()[static_cast<size_t>(m_previous.device())] = m_previous; }
+
+// ---- Event -------------------------------------------------------------------------------------
+
+namespace {
+void destroy_event(void* event) noexcept {
+  if (event && cudaEventDestroy(static_cast<cudaEvent_t>(event)) != cudaSuccess) (void)cudaGetLastError();
+}
+}  // namespace
+
+Event::~Event() { destroy_event(m_event); }
+
+Event::Event(Event&& other) noexcept
+    : m_event(std::exchange(other.m_event, nullptr)), m_device(other.m_device), m_timing(other.m_timing) {}
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    destroy_event(m_event);
+    m_event = std::exchange(other.m_event, nullptr);
+    m_device = other.m_device;
+    m_timing = other.m_timing;
+  }
+  return *this;
+}
+
+void Event::record() { record(current_stream()); }
+
+void Event::record(const Stream& stream) {
+  DeviceGuard guard(stream.device());
+  if (m_event && m_device != stream.device()) {  // an event records only streams of the device it was made on
+    destroy_event(m_event);
+    m_event = nullptr;
+  }
+  if (!m_event) {
+    cudaEvent_t e = nullptr;
+    MT_CUDA_CHECK(cudaEventCreateWithFlags(&e, m_timing ? cudaEventDefault : cudaEventDisableTiming),
+                  "cuda::Event: creating an event on cuda:", stream.device());
+    m_event = e;
+    m_device = stream.device();
+  }
+  MT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(m_event), cuda_stream(stream)),
+                "cuda::Event::record on cuda:", stream.device());
+}
+
+void Event::wait(const Stream& stream) const {
+  if (!m_event) return;
+  DeviceGuard guard(stream.device());
+  MT_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(stream), static_cast<cudaEvent_t>(m_event), 0),
+                "cuda::Event::wait: a stream of cuda:", stream.device(), " waiting on an event of cuda:", m_device);
+}
+
+bool Event::query() const {
+  if (!m_event) return true;
+  const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(m_event));
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  MT_CUDA_CHECK(status, "cuda::Event::query on cuda:", m_device);
+  return true;
+}
+
+void Event::synchronize() const {
+  if (!m_event) return;
+  detail::count_synchronization();
+  MT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(m_event)), "cuda::Event::synchronize on cuda:",
+                m_device);
+}
+
+float Event::elapsed_ms(const Event& end) const {
+  MT_CHECK(m_event && end.m_event, "cuda::Event::elapsed_ms: both events must have been recorded");
+  MT_CHECK(m_timing && end.m_timing, "cuda::Event::elapsed_ms: both events must be created with timing = true");
+  float ms = 0.0f;
+  MT_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(m_event), static_cast<cudaEvent_t>(end.m_event)),
+                "cuda::Event::elapsed_ms");
+  return ms;
+}
+
+}  // namespace mixtape::cuda

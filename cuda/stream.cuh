@@ -1,0 +1,51 @@
+// cuda/stream.cuh — the cudaStream_t behind a mixtape::cuda::Stream, and the runtime's debug counters
+// (internal: included by .cu files only).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <mixtape/core/device.h>
+#include <mixtape/cuda/check.h>
+#include <mixtape/cuda/stream.h>
+
+namespace mixtape::cuda {
+
+/// The stream to pass to a launch or an async copy; the legacy default stream is spelled cudaStreamLegacy,
+/// so that it means the same whether or not a translation unit was built with --default-stream per-thread.
+inline cudaStream_t cuda_stream(const Stream& stream) noexcept {
+  return stream.handle() ? static_cast<cudaStream_t>(stream.handle()) : cudaStreamLegacy;
+}
+
+/// The calling thread's current stream on `device` (>= 0), ready for a launch: `<<<g, b, 0, launch_stream(d)>>>`.
+inline cudaStream_t launch_stream(int device) { return cuda_stream(current_stream(device)); }
+/// The same for the calling thread's current device (after a DeviceGuard has selected the tensor's).
+inline cudaStream_t launch_stream() { return cuda_stream(current_stream()); }
+
+/// Makes `device` current for a scope and restores the caller's device after, so that a call on cuda:1 leaves
+/// a thread that was working on cuda:0 where it was.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(Device device) : DeviceGuard(device.index) {}
+  explicit DeviceGuard(int device) : m_target(device) {
+    MT_CUDA_CHECK(cudaGetDevice(&m_previous), "cuda: querying the current device");
+    if (m_previous != m_target) MT_CUDA_CHECK(cudaSetDevice(m_target), "cuda: selecting cuda:", m_target);
+  }
+  ~DeviceGuard() {
+    if (m_previous != m_target && cudaSetDevice(m_previous) != cudaSuccess) (void)cudaGetLastError();
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int m_target;
+  int m_previous = -1;
+};
+
+namespace detail {
+/// Bumped by every host wait the runtime performs (stream, event or device synchronize): debug_counters().
+void count_synchronization() noexcept;
+/// Bumped by every device-to-host copy: debug_counters().
+void count_device_to_host_copy() noexcept;
+}  // namespace detail
+
+}  // namespace mixtape::cuda

@@ -1,0 +1,79 @@
+# tests/check_cuda_resources.cmake — a static check of the CUDA kernels that needs no GPU (ctest label cpu).
+#
+# Compiles each source with `nvcc -c -arch=<ARCH> --resource-usage` and fails when ptxas reports a non-zero
+# "bytes stack frame", "bytes spill stores" or "bytes spill loads" for any of mixtape's kernels (entry
+# functions in namespace mixtape::kernels::cuda; CUB's block-level code is inlined into them). A spill or a
+# stack frame in an elementwise or reduction kernel is a silent slowdown (local memory traffic in the
+# innermost loop) that only a profiler would show; this makes it a test failure on any machine with nvcc.
+#
+#   cmake -DNVCC=/usr/local/cuda/bin/nvcc -DSOURCE=cuda/elementwise.cu,cuda/reduce.cu
+#         -DINCLUDES=<build>/include [-DARCH=sm_90] [-DWORK_DIR=<dir>] -P tests/check_cuda_resources.cmake
+#
+# SOURCE and INCLUDES take several entries separated by commas (or semicolons, when not passed through ctest).
+cmake_minimum_required(VERSION 3.25)
+
+foreach(_var NVCC SOURCE INCLUDES)
+  if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
+    message(FATAL_ERROR "check_cuda_resources: -D${_var}=... is required")
+  endif()
+endforeach()
+if(NOT DEFINED ARCH)
+  set(ARCH sm_90)
+endif()
+if(NOT DEFINED WORK_DIR)
+  set(WORK_DIR "${CMAKE_CURRENT_BINARY_DIR}/check_cuda_resources")
+endif()
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+string(REPLACE "," ";" _sources "${SOURCE}")
+string(REPLACE "," ";" _includes "${INCLUDES}")
+set(_include_flags)
+foreach(_dir IN LISTS _includes)
+  list(APPEND _include_flags "-I${_dir}")
+endforeach()
+
+set(_failures "")
+foreach(_src IN LISTS _sources)
+  get_filename_component(_name "${_src}" NAME_WE)
+  # The flags of the library build that change code generation (CMakeLists.txt): C++20, relaxed constexpr, -O3.
+  execute_process(
+    COMMAND "${NVCC}" -c -arch=${ARCH} --resource-usage -std=c++20 --expt-relaxed-constexpr -O3 -DNDEBUG
+            -DMIXTAPE_WITH_CUDA=1 ${_include_flags} -x cu "${_src}" -o "${WORK_DIR}/${_name}.o"
+    OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "check_cuda_resources: nvcc failed on ${_src} (exit ${_rc}):\n${_out}${_err}")
+  endif()
+  # ptxas prints "Function properties for <mangled name>" and, on the next line,
+  # "N bytes stack frame, N bytes spill stores, N bytes spill loads".
+  string(REPLACE ";" "," _text "${_out}\n${_err}")
+  string(REPLACE "\n" ";" _lines "${_text}")
+  set(_function "")
+  set(_checked 0)
+  foreach(_line IN LISTS _lines)
+    if(_line MATCHES "Function properties for ([A-Za-z0-9_$.]+)")
+      set(_function "${CMAKE_MATCH_1}")
+    elseif(_line MATCHES "([0-9]+) bytes stack frame, ([0-9]+) bytes spill stores, ([0-9]+) bytes spill loads")
+      # Saved first: the next MATCHES overwrites CMAKE_MATCH_*.
+      set(_report "${CMAKE_MATCH_0}")
+      set(_stack "${CMAKE_MATCH_1}")
+      set(_stores "${CMAKE_MATCH_2}")
+      set(_loads "${CMAKE_MATCH_3}")
+      if(_function MATCHES "7mixtape7kernels4cuda")
+        math(EXPR _checked "${_checked} + 1")
+        if(NOT _stack EQUAL 0 OR NOT _stores EQUAL 0 OR NOT _loads EQUAL 0)
+          string(APPEND _failures "\n  ${_name}.cu: ${_function}: ${_report}")
+        endif()
+      endif()
+      set(_function "")
+    endif()
+  endforeach()
+  if(_checked EQUAL 0)
+    message(FATAL_ERROR "check_cuda_resources: no mixtape kernel found in the ptxas report of ${_src} "
+                        "(did the report format change?):\n${_err}")
+  endif()
+  message(STATUS "check_cuda_resources: ${_name}.cu: ${_checked} kernels checked for ${ARCH}")
+endforeach()
+
+if(NOT _failures STREQUAL "")
+  message(FATAL_ERROR "check_cuda_resources: kernels with a stack frame or register spills (${ARCH}):${_failures}")
+endif()

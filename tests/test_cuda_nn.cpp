@@ -1,0 +1,402 @@
+// tests/test_cuda_nn.cpp — the CUDA softmax, gather/scatter_add and layer-norm kernels against the CPU's.
+//
+// The CPU kernels (ops/cpu/nn.cpp) are the reference: every case runs the same
+// public kernel (ops/kernels.h) on a CPU tensor and on its copy on the GPU and
+// compares within tests/tolerance.h's tolerance of the result's dtype. Both
+// backends reduce in f32 (f64), but in different orders, so a reduction over
+// n terms gets one stated allowance on top: |gpu − cpu| may exceed the table by
+// kOrderUlps · √n · 2⁻²⁴ · max|cpu| (the rounding-error growth of a sum in f32;
+// negligible next to an f16/bf16 output's own rounding). gather and
+// scatter_add add in the CPU's order and are compared exactly.
+//
+// `cuda_nn_ops` runs the ops end to end (forward and backward through the tape);
+// it needs the CUDA elementwise and reduction kernels as well.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <mixtape/core/random.h>
+#include <mixtape/core/tensor.h>
+#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/ops.h>
+
+#include "test_util.h"
+#include "tolerance.h"
+
+namespace mt = mixtape;
+namespace kernels = mixtape::kernels;
+using mt::Device;
+using mt::DType;
+using mt::Shape;
+using mt::Tensor;
+using mt::TensorOptions;
+
+namespace {
+
+constexpr DType kFloatDTypes[] = {mt::kF32, mt::kF16, mt::kBF16};
+constexpr double kOrderUlps = 4.0;
+constexpr double kF32Eps = 5.9604644775390625e-08;  // 2^-24
+
+/// The allowance for reduction order over n terms, relative to the magnitude of the result.
+double order_allowance(int64_t n) { return kOrderUlps * std::sqrt(static_cast<double>(n)) * kF32Eps; }
+
+std::string describe(const Tensor& t) {
+  std::ostringstream os;
+  os << t.dtype() << " shape " << t.shape() << (t.is_contiguous() ? "" : " (non-contiguous)");
+  return os.str();
+}
+
+/// |actual − expected| <= atol + rtol·|expected| + extra·max|expected| elementwise (NaN matches NaN);
+/// `actual` may live on any device. A failure names the configuration and the first mismatching pairs.
+void expect_close(const Tensor& actual, const Tensor& expected, mt::test::Tolerance tol, double extra,
+                  const std::string& config) {
+  BOOST_REQUIRE_MESSAGE(actual.shape() == expected.shape() && actual.dtype() == expected.dtype(),
+                        config << ": got " << describe(actual) << ", expected " << describe(expected));
+  const std::vector<double> a = actual.cpu().to_vector<double>(), e = expected.cpu().to_vector<double>();
+  double scale = 0;
+  for (double v : e)
+    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
+  int64_t bad = 0;
+  std::ostringstream first;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool both_nan = std::isnan(a[i]) && std::isnan(e[i]);
+    const bool same_inf = std::isinf(e[i]) && a[i] == e[i];
+    const bool ok = both_nan || same_inf || std::fabs(a[i] - e[i]) <= tol.atol + tol.rtol * std::fabs(e[i]) + extra * scale;
+    if (!ok && bad++ < 5) first << " [" << i << "] gpu " << a[i] << " vs cpu " << e[i] << ";";
+  }
+  BOOST_CHECK_MESSAGE(bad == 0, config << ": " << bad << " of " << a.size() << " elements differ (rtol " << tol.rtol
+                                       << ", atol " << tol.atol << ", order allowance " << extra << " x " << scale
+                                       << "):" << first.str());
+}
+
+void expect_equal(const Tensor& actual, const Tensor& expected, const std::string& config) {
+  expect_close(actual, expected, {0.0, 0.0}, 0.0, config);
+}
+
+Tensor randn_as(const Shape& shape, DType dtype, double offset = 0.0) {
+  Tensor x = mt::randn(shape);
+  if (offset != 0.0) x = kernels::scalar(kernels::ScalarOp::kAdd, x, offset);
+  return x.to(dtype);
+}
+
+Tensor gpu(const Tensor& t) { return t.to(Device::cuda()); }
+
+/// Forward and backward of softmax/log_softmax of x along dim: the CUDA kernels against the CPU's.
+void check_softmax(const Tensor& x, int64_t dim, bool log, DType out_dtype, const std::string& what) {
+  std::ostringstream os;
+  os << (log ? "log_softmax" : "softmax") << " of " << describe(x) << " along dim " << dim << " -> " << out_dtype
+     << " (" << what << ")";
+  const std::string config = os.str();
+  const int64_t C = x.dim() == 0 ? 1 : x.size(dim < 0 ? dim + x.dim() : dim);
+  const Tensor y_cpu = kernels::softmax(x, dim, log, out_dtype);
+  const Tensor y_gpu = kernels::softmax(gpu(x), dim, log, out_dtype);
+  BOOST_REQUIRE(y_gpu.is_cuda());
+  expect_close(y_gpu, y_cpu, mt::test::tolerance(out_dtype), order_allowance(C), config);
+
+  const Tensor dy = randn_as(x.shape(), out_dtype);
+  const Tensor dx_cpu = kernels::softmax_backward(dy, y_cpu, dim, log);
+  const Tensor dx_gpu = kernels::softmax_backward(gpu(dy), gpu(y_cpu), dim, log);
+  expect_close(dx_gpu, dx_cpu, mt::test::tolerance(out_dtype), order_allowance(C), config + ", backward");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cuda_nn)
+
+// ---- softmax ---------------------------------------------------------------------------
+
+// Row lengths across the warp-per-row (<= 1024), 256-thread and 1024-thread block kernels, with and without
+// 16-byte vectors (7, 1023 and 65537 elements are not a multiple of 16 bytes).
+BOOST_AUTO_TEST_CASE(softmax_rows_match_cpu, MT_GPU_TEST) {
+  mt::manual_seed(1);
+  for (DType dt : kFloatDTypes)
+    for (int64_t C : {1, 7, 32, 1023, 1024, 4096, 8200, 65537})
+      for (bool log : {false, true}) {
+        const int64_t rows = C >= 4096 ? 5 : 37;
+        check_softmax(randn_as({rows, C}, dt), -1, log, dt, "rows");
+      }
+}
+
+// The cross-entropy path: f16/bf16 logits, log_softmax written in f32.
+BOOST_AUTO_TEST_CASE(softmax_reduced_inputs_to_f32, MT_GPU_TEST) {
+  mt::manual_seed(2);
+  for (DType dt : {mt::kF16, mt::kBF16})
+    for (int64_t C : {10, 1000, 4096})
+      for (bool log : {false, true}) check_softmax(randn_as({16, C}, dt), 1, log, mt::kF32, "f32 output");
+  check_softmax(randn_as({4, 100}, mt::kF32), 1, true, mt::kF64, "f64 output");
+  check_softmax(randn_as({4, 64}, mt::kF64), 1, false, mt::kF64, "f64");
+}
+
+// Rows near +1000 in f16: statistics in f16 would lose everything (f16 spacing there is 0.5, exp overflows).
+BOOST_AUTO_TEST_CASE(softmax_f16_large_offset, MT_GPU_TEST) {
+  mt::manual_seed(3);
+  for (int64_t C : {7, 1023, 4096, 32768})
+    for (bool log : {false, true}) {
+      const Tensor x = randn_as({3, C}, mt::kF16, 1000.0);
+      check_softmax(x, -1, log, mt::kF16, "offset +1000");
+      // And the answer does not depend on the offset (beyond the f16 quantisation of the inputs).
+      const Tensor y = kernels::softmax(gpu(x), -1, log, mt::kF32);
+      const Tensor y_shift = kernels::softmax(gpu(kernels::scalar(kernels::ScalarOp::kAdd, x.to(mt::kF32), -1000.0)),
+                                              -1, log, mt::kF32);
+      expect_close(y, y_shift.cpu(), mt::test::tolerance(mt::kF32), order_allowance(C), "offset invariance");
+    }
+}
+
+// Dims 0, 1 and -1 of 3-D inputs: the column kernel (many columns, or short dims) and the permuted-copy path.
+BOOST_AUTO_TEST_CASE(softmax_any_dim, MT_GPU_TEST) {
+  mt::manual_seed(4);
+  const Shape shapes[] = {{5, 6, 7}, {300, 4, 5}, {33, 40, 600}, {4, 7, 64}, {2, 3000, 3}};
+  for (DType dt : kFloatDTypes)
+    for (const Shape& s : shapes)
+      for (int64_t dim : {0, 1, -1})
+        for (bool log : {false, true}) check_softmax(randn_as(s, dt), dim, log, dt, "3-D");
+  check_softmax(mt::randn({}), 0, false, mt::kF32, "0-d");
+  check_softmax(mt::randn({}), 0, true, mt::kF32, "0-d");
+}
+
+BOOST_AUTO_TEST_CASE(softmax_non_contiguous, MT_GPU_TEST) {
+  mt::manual_seed(5);
+  for (DType dt : kFloatDTypes) {
+    const Tensor base = randn_as({64, 130}, dt);
+    const Tensor transposed = mt::raw::transpose(base, 0, 1);         // (130, 64), strides (1, 130)
+    const Tensor strided = mt::raw::slice(base, 1, 1, 129, 2);        // (64, 64), step 2, offset 1
+    for (bool log : {false, true}) {
+      check_softmax(transposed, -1, log, dt, "transposed");
+      check_softmax(transposed, 0, log, dt, "transposed");
+      check_softmax(strided, -1, log, dt, "strided");
+      check_softmax(strided, 0, log, dt, "strided");
+    }
+  }
+}
+
+// NaN rows stay NaN, −inf entries get probability 0, an all −inf row is NaN — like the CPU.
+BOOST_AUTO_TEST_CASE(softmax_special_values, MT_GPU_TEST) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor x = mt::zeros({4, 40});
+  x.set({0, 3}, nan);
+  for (int64_t c = 0; c < 40; c += 2) x.set({1, c}, -inf);
+  for (int64_t c = 0; c < 40; ++c) x.set({2, c}, -inf);
+  x.set({3, 39}, 5.0);
+  for (DType dt : kFloatDTypes)
+    for (bool log : {false, true}) check_softmax(x.to(dt), -1, log, dt, "special values");
+}
+
+// ---- layer norm -------------------------------------------------------------------------
+
+namespace {
+
+void check_layer_norm(const Tensor& x, int64_t M, const Tensor& w, const Tensor& b, const std::string& what) {
+  std::ostringstream os;
+  os << "layer_norm of " << describe(x) << " over " << M << " elements, weight "
+     << (w.defined() ? describe(w) : "none") << ", bias " << (b.defined() ? describe(b) : "none") << " (" << what
+     << ")";
+  const std::string config = os.str();
+  const DType stats = x.dtype() == mt::kF64 ? mt::kF64 : mt::kF32;
+  const Tensor wg = w.defined() ? gpu(w) : Tensor(), bg = b.defined() ? gpu(b) : Tensor();
+  const auto r_cpu = kernels::layer_norm(x, M, w, b, 1e-5);
+  const auto r_gpu = kernels::layer_norm(gpu(x), M, wg, bg, 1e-5);
+  expect_close(r_gpu.y, r_cpu.y, mt::test::tolerance(x.dtype()), order_allowance(M), config + ": y");
+  expect_close(r_gpu.mean, r_cpu.mean, mt::test::tolerance(stats), order_allowance(M), config + ": mean");
+  expect_close(r_gpu.rstd, r_cpu.rstd, mt::test::tolerance(stats), order_allowance(M), config + ": rstd");
+
+  // Backward from the CPU's statistics on both sides: only the order of the sums differs.
+  const Tensor dy = randn_as(x.shape(), x.dtype());
+  const int64_t rows = r_cpu.mean.numel();
+  const auto g_cpu = kernels::layer_norm_backward(dy, x, r_cpu.mean, r_cpu.rstd, w, b.defined());
+  const auto g_gpu =
+      kernels::layer_norm_backward(gpu(dy), gpu(x), gpu(r_cpu.mean), gpu(r_cpu.rstd), wg, b.defined());
+  expect_close(g_gpu.dx, g_cpu.dx, mt::test::tolerance(x.dtype()), order_allowance(M), config + ": dx");
+  BOOST_CHECK_EQUAL(g_gpu.dweight.defined(), w.defined());
+  BOOST_CHECK_EQUAL(g_gpu.dbias.defined(), b.defined());
+  if (w.defined())
+    expect_close(g_gpu.dweight, g_cpu.dweight, mt::test::tolerance(g_cpu.dweight.dtype()), order_allowance(rows),
+                 config + ": dweight");
+  if (b.defined())
+    expect_close(g_gpu.dbias, g_cpu.dbias, mt::test::tolerance(g_cpu.dbias.dtype()), order_allowance(rows),
+                 config + ": dbias");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(layer_norm_matches_cpu, MT_GPU_TEST) {
+  mt::manual_seed(6);
+  for (DType dt : kFloatDTypes)
+    for (int64_t M : {1, 7, 1023, 4096, 65537}) {
+      const int64_t rows = M >= 4096 ? 3 : 300;  // 300 rows: several chunks of the dweight/dbias partial sums
+      const Tensor x = randn_as({rows, M}, dt);
+      const Tensor w = randn_as({M}, dt), b = randn_as({M}, dt);
+      check_layer_norm(x, M, w, b, "weight and bias");
+      check_layer_norm(x, M, Tensor(), Tensor(), "no parameters");
+      check_layer_norm(x, M, w, Tensor(), "weight only");
+      check_layer_norm(x, M, Tensor(), b, "bias only");
+    }
+}
+
+BOOST_AUTO_TEST_CASE(layer_norm_shapes_and_params, MT_GPU_TEST) {
+  mt::manual_seed(7);
+  // Trailing dims (4, 8) normalised together; f32 parameters with f16 data; a non-contiguous input.
+  const Tensor x = randn_as({5, 3, 4, 8}, mt::kF16);
+  check_layer_norm(x, 32, randn_as({4, 8}, mt::kF32), randn_as({4, 8}, mt::kF32), "f32 params, 2 trailing dims");
+  const Tensor xt = mt::raw::transpose(randn_as({64, 40}, mt::kF32), 0, 1);
+  check_layer_norm(xt, 64, randn_as({64}, mt::kF32), randn_as({64}, mt::kF32), "transposed");
+  check_layer_norm(randn_as({2, 3, 100}, mt::kF64), 100, randn_as({100}, mt::kF64), Tensor(), "f64");
+  check_layer_norm(randn_as({6000, 64}, mt::kF32), 64, randn_as({64}, mt::kF32), randn_as({64}, mt::kF32),
+                   "many rows");
+}
+
+// f16 rows near +1000: the mean is summed relative to the first element, so nothing cancels.
+BOOST_AUTO_TEST_CASE(layer_norm_f16_large_offset, MT_GPU_TEST) {
+  mt::manual_seed(8);
+  for (int64_t M : {7, 1023, 4096})
+    check_layer_norm(randn_as({4, M}, mt::kF16, 1000.0), M, Tensor(), Tensor(), "offset +1000");
+}
+
+// ---- gather / scatter_add -------------------------------------------------------------------
+
+// Cross-entropy's shapes: logits (N, C), one class per row (N, 1) along dim 1.
+BOOST_AUTO_TEST_CASE(gather_scatter_add_cross_entropy_shapes, MT_GPU_TEST) {
+  mt::manual_seed(9);
+  for (DType dt : kFloatDTypes)
+    for (int64_t C : {1, 10, 1000, 32768}) {
+      const int64_t N = 257;
+      const Tensor x = randn_as({N, C}, dt);
+      const Tensor index = mt::randint(0, C, {N, 1});
+      std::ostringstream os;
+      os << "(N, C) = (" << N << ", " << C << "), " << dt;
+      expect_equal(kernels::gather(gpu(x), 1, gpu(index)), kernels::gather(x, 1, index), "gather " + os.str());
+      const Tensor src = randn_as({N, 1}, dt);
+      expect_equal(kernels::scatter_add(x.shape(), 1, gpu(index), gpu(src)), kernels::scatter_add(x.shape(), 1, index, src),
+                   "scatter_add " + os.str());
+    }
+}
+
+// Colliding indices (summed in the CPU's order, in f32, rounded once), other dims, smaller index
+// extents, non-contiguous operands and non-floating gathers.
+BOOST_AUTO_TEST_CASE(gather_scatter_add_general, MT_GPU_TEST) {
+  mt::manual_seed(10);
+  for (DType dt : kFloatDTypes) {
+    const Tensor index = mt::randint(0, 3, {6, 50});  // 50 values per row into 3 classes: many collisions
+    const Tensor src = randn_as({6, 50}, dt);
+    expect_equal(kernels::scatter_add({8, 3}, 1, gpu(index), gpu(src)), kernels::scatter_add({8, 3}, 1, index, src),
+                 "scatter_add with collisions, " + std::string(mt::dtype_name(dt)));
+    const Tensor index0 = mt::randint(0, 4, {20, 5, 2});
+    const Tensor src0 = randn_as({20, 5, 2}, dt);
+    expect_equal(kernels::scatter_add({4, 6, 3}, 0, gpu(index0), gpu(src0)),
+                 kernels::scatter_add({4, 6, 3}, 0, index0, src0), "scatter_add along dim 0");
+    const Tensor x = randn_as({7, 9, 11}, dt);
+    const Tensor gi = mt::randint(0, 9, {5, 13, 4});
+    expect_equal(kernels::gather(gpu(x), 1, gpu(gi)), kernels::gather(x, 1, gi), "gather along dim 1");
+    // Non-contiguous x, index and src.
+    const Tensor xt = mt::raw::transpose(x, 0, 2);  // (11, 9, 7)
+    const Tensor git = mt::raw::transpose(mt::randint(0, 9, {3, 4, 10}), 0, 2);  // (10, 4, 3)
+    expect_equal(kernels::gather(gpu(xt), 1, gpu(git)), kernels::gather(xt, 1, git), "gather, transposed operands");
+    const Tensor srct = mt::raw::transpose(randn_as({3, 4, 10}, dt), 0, 2);
+    expect_equal(kernels::scatter_add({10, 9, 3}, 1, gpu(git), gpu(srct)), kernels::scatter_add({10, 9, 3}, 1, git, srct),
+                 "scatter_add, transposed operands");
+  }
+  const Tensor xi = mt::randint(-100, 100, {4, 6});
+  const Tensor ii = mt::randint(0, 6, {4, 6});
+  expect_equal(kernels::gather(gpu(xi), 1, gpu(ii)), kernels::gather(xi, 1, ii), "gather of i64");
+  const Tensor xf64 = randn_as({4, 6}, mt::kF64);
+  const Tensor i0 = mt::randint(0, 4, {3, 6});
+  expect_equal(kernels::gather(gpu(xf64), 0, gpu(i0)), kernels::gather(xf64, 0, i0), "gather of f64 along dim 0");
+}
+
+// Index values the host cannot check on the GPU: gather gives NaN, scatter_add skips them; nothing faults.
+BOOST_AUTO_TEST_CASE(gather_scatter_add_out_of_range, MT_GPU_TEST) {
+  const Tensor x = gpu(mt::ones({2, 3}));
+  const Tensor index = gpu(mt::tensor<int64_t>({0, 7, -1, 2}).reshape({2, 2}));
+  const std::vector<float> g = kernels::gather(x, 1, index).cpu().to_vector<float>();
+  BOOST_CHECK_EQUAL(g[0], 1.0f);
+  BOOST_CHECK(std::isnan(g[1]) && std::isnan(g[2]));
+  BOOST_CHECK_EQUAL(g[3], 1.0f);
+  const std::vector<float> s =
+      kernels::scatter_add({2, 3}, 1, index, gpu(mt::ones({2, 2}))).cpu().to_vector<float>();
+  BOOST_CHECK((s == std::vector<float>{1, 0, 0, 0, 0, 1}));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- end to end through the ops ----------------------------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(cuda_nn_ops)
+
+namespace {
+
+/// A CPU leaf and its GPU copy, both requiring grad.
+struct Leaf {
+  Tensor cpu, gpu;
+  explicit Leaf(const Tensor& t) : cpu(t.detach()), gpu(t.to(Device::cuda()).detach()) {
+    cpu.requires_grad_();
+    gpu.requires_grad_();
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(cross_entropy_forward_backward, MT_GPU_TEST) {
+  mt::manual_seed(11);
+  for (DType dt : kFloatDTypes)
+    for (double smoothing : {0.0, 0.1}) {
+      const int64_t N = 64, C = 1000;
+      Leaf logits(randn_as({N, C}, dt));
+      Tensor target = mt::randint(0, C, {N});
+      target.set({5}, -100);  // ignored
+      const mt::CrossEntropyOptions o{.label_smoothing = smoothing};
+      const Tensor loss_cpu = mt::cross_entropy(logits.cpu, target, o);
+      const Tensor loss_gpu = mt::cross_entropy(logits.gpu, target.to(Device::cuda()), o);
+      std::ostringstream os;
+      os << "cross_entropy " << dt << " smoothing " << smoothing;
+      expect_close(loss_gpu, loss_cpu, mt::test::tolerance(dt), order_allowance(N * C), os.str());
+      loss_cpu.backward();
+      loss_gpu.backward();
+      expect_close(logits.gpu.grad(), logits.cpu.grad(), mt::test::tolerance(dt), order_allowance(C),
+                   os.str() + ", d logits");
+    }
+}
+
+BOOST_AUTO_TEST_CASE(softmax_forward_backward, MT_GPU_TEST) {
+  mt::manual_seed(12);
+  for (DType dt : kFloatDTypes)
+    for (int64_t dim : {0, -1}) {
+      Leaf x(randn_as({8, 16, 300}, dt));
+      const Tensor dy = randn_as({8, 16, 300}, dt);
+      std::ostringstream os;
+      os << "softmax/log_softmax " << dt << " dim " << dim;
+      const Tensor y_cpu = mt::softmax(x.cpu, dim), y_gpu = mt::softmax(x.gpu, dim);
+      expect_close(y_gpu, y_cpu, mt::test::tolerance(dt), order_allowance(300), os.str());
+      y_cpu.backward(dy);
+      y_gpu.backward(gpu(dy));
+      expect_close(x.gpu.grad(), x.cpu.grad(), mt::test::tolerance(dt), order_allowance(300), os.str() + ", dx");
+      Leaf x2(randn_as({8, 16, 300}, dt));
+      const Tensor l_cpu = mt::log_softmax(x2.cpu, dim), l_gpu = mt::log_softmax(x2.gpu, dim);
+      expect_close(l_gpu, l_cpu, mt::test::tolerance(dt), order_allowance(300), os.str() + ", log");
+      l_cpu.backward(dy);
+      l_gpu.backward(gpu(dy));
+      expect_close(x2.gpu.grad(), x2.cpu.grad(), mt::test::tolerance(dt), order_allowance(300), os.str() + ", log dx");
+    }
+}
+
+BOOST_AUTO_TEST_CASE(layer_norm_forward_backward, MT_GPU_TEST) {
+  mt::manual_seed(13);
+  for (DType dt : kFloatDTypes) {
+    Leaf x(randn_as({32, 4, 256}, dt)), w(randn_as({4, 256}, dt)), b(randn_as({4, 256}, dt));
+    const Tensor dy = randn_as({32, 4, 256}, dt);
+    std::ostringstream os;
+    os << "layer_norm " << dt;
+    const Tensor y_cpu = mt::layer_norm(x.cpu, {4, 256}, w.cpu, b.cpu);
+    const Tensor y_gpu = mt::layer_norm(x.gpu, {4, 256}, w.gpu, b.gpu);
+    expect_close(y_gpu, y_cpu, mt::test::tolerance(dt), order_allowance(1024), os.str());
+    y_cpu.backward(dy);
+    y_gpu.backward(gpu(dy));
+    expect_close(x.gpu.grad(), x.cpu.grad(), mt::test::tolerance(dt), order_allowance(1024), os.str() + ", dx");
+    expect_close(w.gpu.grad(), w.cpu.grad(), mt::test::tolerance(dt), order_allowance(32), os.str() + ", dweight");
+    expect_close(b.gpu.grad(), b.cpu.grad(), mt::test::tolerance(dt), order_allowance(32), os.str() + ", dbias");
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
