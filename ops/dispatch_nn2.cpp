@@ -71,15 +71,17 @@ Shape pooled_shape(const Shape& input_shape, const Window2d& w) {
           window_output_size(input_shape[3], w, 1)};
 }
 
-/// A 0-D or 1-D kI64/kI32 index on `device` whose values lie in [0, size); reads the values on the host.
+/// A 0-D or 1-D kI64/kI32 index on `device` whose values lie in [0, size). The values are read
+/// only for CPU indices: reading a CUDA index would copy it to the host and synchronise every
+/// step, so CUDA kernels skip out-of-range entries instead (cuda/index.cu).
 void check_index(const char* op, const Tensor& index, Device device, int64_t dim, int64_t size, const Shape& shape) {
   check_defined(index, op, "index");
   MT_CHECK(index.dtype() == DType::kI64 || index.dtype() == DType::kI32, op,
            ": expected an index of dtype i64 or i32, got ", index.dtype(), " (index shape ", index.shape(), ")");
   MT_CHECK(index.dim() <= 1, op, ": expected a 1-D index, got shape ", index.shape());
   MT_CHECK(index.device() == device, op, ": expected the index on ", device, ", got it on ", index.device());
-  // Index tensors are small; a CUDA backend would rather check on the device and raise at the next sync.
-  const std::vector<int64_t> values = raw::to(index, Device::cpu()).to_vector<int64_t>();
+  if (!index.device().is_cpu()) return;
+  const std::vector<int64_t> values = index.to_vector<int64_t>();
   for (int64_t v : values)
     MT_CHECK(v >= 0 && v < size, op, ": index ", v, " is out of range for dim ", dim, " of size ", size, " (shape ",
              shape, ")");
