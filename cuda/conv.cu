@@ -106,6 +106,7 @@ void with_index_type(int64_t largest, F&& f) {
 }  // namespace
 
 Tensor im2col(const Tensor& x_in, const Window2d& w) {
+  ::mixtape::cuda::DeviceGuard guard(x_in.device());  // launch on the tensor's device
   const Tensor x = raw::contiguous(x_in);
   const Nn2Planes p = nn2_planes(x.shape(), w);
   const int64_t kk = w.kernel[0] * w.kernel[1];
@@ -125,6 +126,7 @@ Tensor im2col(const Tensor& x_in, const Window2d& w) {
 }
 
 Tensor col2im(const Tensor& cols_in, const Shape& input_shape, const Window2d& w) {
+  ::mixtape::cuda::DeviceGuard guard(cols_in.device());  // launch on the tensor's device
   const Tensor cols = raw::contiguous(cols_in);
   const Nn2Planes p = nn2_planes(input_shape, w);
   Tensor x = empty(input_shape, TensorOptions(cols.dtype()).device(cols.device()));

@@ -29,6 +29,7 @@ __global__ void __launch_bounds__(kNn2Threads) dropout_mask_kernel(bool* __restr
 }  // namespace
 
 Tensor dropout_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset, Device device) {
+  ::mixtape::cuda::DeviceGuard guard(device);  // launch on the tensor's device
   Tensor mask = empty(shape, TensorOptions(DType::kBool).device(device));
   const int64_t n = mask.numel();
   if (n == 0) return mask;

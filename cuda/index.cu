@@ -145,6 +145,7 @@ void launch_index_select(const Tensor& out, const Tensor& x, const Tensor& index
 }  // namespace
 
 Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index_in) {
+  ::mixtape::cuda::DeviceGuard guard(x_in.device());  // launch on the tensor's device
   const Tensor x = raw::contiguous(x_in);
   const Tensor index = raw::contiguous(index_in);  // 0-D or 1-D: its k values in order
   const int64_t k = index.numel();
@@ -168,6 +169,7 @@ Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index_in) {
 }
 
 Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index_in, const Tensor& src_in) {
+  ::mixtape::cuda::DeviceGuard guard(src_in.device());  // launch on the tensor's device
   const Tensor src = raw::contiguous(src_in);
   const Tensor index = raw::contiguous(index_in);
   const int64_t k = index.numel();

@@ -151,6 +151,7 @@ __global__ void __launch_bounds__(kNn2Threads) avg_pool2d_bwd_kernel(T* __restri
 }  // namespace
 
 MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
+  ::mixtape::cuda::DeviceGuard guard(x_in.device());  // launch on the tensor's device
   const Tensor x = raw::contiguous(x_in);
   const Nn2Planes p = nn2_planes(x.shape(), w);
   const Shape out_shape{x.size(0), x.size(1), p.ho, p.wo};
@@ -168,6 +169,7 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
 }
 
 Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& input_shape) {
+  ::mixtape::cuda::DeviceGuard guard(dy_in.device());  // launch on the tensor's device
   const Tensor dy = raw::contiguous(dy_in), indices = raw::contiguous(indices_in);
   const TensorOptions on_device = TensorOptions(dy.dtype()).device(dy.device());
   Tensor dx = empty(input_shape, on_device);  // (N, C, H, W)
@@ -197,6 +199,7 @@ Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const 
 }
 
 Tensor avg_pool2d(const Tensor& x_in, const Window2d& w) {
+  ::mixtape::cuda::DeviceGuard guard(x_in.device());  // launch on the tensor's device
   const Tensor x = raw::contiguous(x_in);
   const Nn2Planes p = nn2_planes(x.shape(), w);
   Tensor y = empty({x.size(0), x.size(1), p.ho, p.wo}, TensorOptions(x.dtype()).device(x.device()));
@@ -212,6 +215,7 @@ Tensor avg_pool2d(const Tensor& x_in, const Window2d& w) {
 }
 
 Tensor avg_pool2d_backward(const Tensor& dy_in, const Shape& input_shape, const Window2d& w) {
+  ::mixtape::cuda::DeviceGuard guard(dy_in.device());  // launch on the tensor's device
   const Tensor dy = raw::contiguous(dy_in);
   const Nn2Planes p = nn2_planes(input_shape, w);
   Tensor dx = empty(input_shape, TensorOptions(dy.dtype()).device(dy.device()));
