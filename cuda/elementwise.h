@@ -53,18 +53,9 @@ using ::mixtape::cuda::launch_stream;
 
 /// Streaming multiprocessors of the current device, queried once per device.
 inline int current_multiprocessor_count() {
-  static std::array<std::atomic<int>, 64> cache{};  // 0: not queried yet
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device), "cuda: querying the current device");
-  const bool cacheable = device >= 0 && device < 64;
-  if (cacheable) {
-    if (int n = cache[device].load(std::memory_order_relaxed)) return n;
-  }
-  int n = 0;
-  MT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
-                "cuda: querying the multiprocessor count of cuda:", device);
-  if (cacheable) cache[device].store(n, std::memory_order_relaxed);
-  return n;
+  return ::mixtape::cuda::multiprocessor_count(device);
 }
 
 /// Blocks for a grid-stride loop over `work` items of `threads` each: enough to fill every SM

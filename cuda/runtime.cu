@@ -137,22 +137,6 @@ int current_device() {
 
 namespace {
 
-constexpr int kMaxDevices = 64;
-
-/// Streaming multiprocessors of `device`, queried once per device (launch configuration asks on every launch).
-int multiprocessor_count(int device) {
-  static std::array<std::atomic<int>, kMaxDevices> cache{};  // 0: not queried yet
-  const bool cacheable = device >= 0 && device < kMaxDevices;
-  if (cacheable) {
-    if (int n = cache[device].load(std::memory_order_relaxed)) return n;
-  }
-  int n = 0;
-  MT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
-                "cuda: querying the multiprocessor count of cuda:", device);
-  if (cacheable) cache[device].store(n, std::memory_order_relaxed);
-  return n;
-}
-
 // ---- the strided elementwise kernels ------------------------------------------------------
 
 constexpr int kThreads = 256;
@@ -422,6 +406,22 @@ class CudaBackend final : public DeviceBackend {
 };
 
 }  // namespace
+
+constexpr int kMaxDevices = 64;
+
+int multiprocessor_count(int device) {
+  static std::array<std::atomic<int>, kMaxDevices> cache{};  // 0: not queried yet
+  const bool cacheable = device >= 0 && device < kMaxDevices;
+  if (cacheable) {
+    if (int n = cache[device].load(std::memory_order_relaxed)) return n;
+  }
+  int n = 0;
+  MT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
+                "cuda: querying the multiprocessor count of cuda:", device);
+  if (cacheable) cache[device].store(n, std::memory_order_relaxed);
+  return n;
+}
+
 }  // namespace cuda
 
 DeviceBackend& cuda_backend() {

@@ -41,6 +41,9 @@ class DeviceGuard {
   int m_previous = -1;
 };
 
+/// Streaming multiprocessors of `device`, queried once per device (launch configurations ask on every launch).
+int multiprocessor_count(int device);
+
 namespace detail {
 /// Bumped by every host wait the runtime performs (stream, event or device synchronize): debug_counters().
 void count_synchronization() noexcept;
