@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# bench/gpu_session.sh — one call's worth of GPU work on a lent machine.
+#
+# The lent GPU machine has nvcc, CMake and ninja but no network and no
+# Boost.Test or OpenBLAS. Before the call, on the workstation:
+#   mkdir -p .deb && (cd .deb && apt-get download libboost-test1.74-dev \
+#     libboost-test1.74.0 libboost1.74-dev libopenblas-dev libopenblas-pthread-dev \
+#     libopenblas0-pthread libopenblas0 libgfortran5)
+# then run with `.deb` carried:   bash bench/gpu_session.sh [steps...]
+#
+# Steps (default: build test sanitize bench):
+#   build     configure (sm_90 only) and build everything with all cores
+#   test      ctest -L gpu
+#   sanitize  compute-sanitizer memcheck and racecheck on every gpu suite
+#   bench     the GPU benchmarks that exist in the build
+# Logs go to $OUT (or ./gpu_out when OUT is unset); a summary is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_out}
+RESULT=$OUT            # what comes back: summary.txt and logs.tgz
+OUT=/tmp/mtlogs        # every log, packed into $RESULT/logs.tgz at the end
+rm -rf "$OUT"; mkdir -p "$OUT" "$RESULT"
+trap 'tar -C /tmp -czf "$RESULT/logs.tgz" mtlogs; cp "$OUT/summary.txt" "$RESULT/"' EXIT
+STEPS=("$@")
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(build test sanitize bench)
+PREFIX=/tmp/mtdeps
+BUILD=/tmp/mtbuild
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+has_step() { local s; for s in "${STEPS[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+
+export PATH=/usr/local/cuda/bin:$PATH
+if [ ! -d "$PREFIX" ]; then
+  mkdir -p "$PREFIX"
+  for f in .deb/*.deb; do dpkg -x "$f" "$PREFIX"; done
+fi
+LIBDIR=$PREFIX/usr/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH=$LIBDIR:$LIBDIR/openblas-pthread:${LD_LIBRARY_PATH:-}
+
+note "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') $(git status --porcelain 2>/dev/null | grep -q . && echo '(dirty)')"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
+nvcc --version | tail -2 | head -1 | tee -a "$SUMMARY"
+
+if has_step build; then
+  t0=$(date +%s)
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX/usr" \
+    -DBLAS_LIBRARIES="$LIBDIR/openblas-pthread/libopenblas.so" \
+    -DMIXTAPE_CBLAS_INCLUDE_DIR="$PREFIX/usr/include/x86_64-linux-gnu/openblas-pthread" \
+    >"$OUT/configure.log" 2>&1 || { note "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
+  cmake --build "$BUILD" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { note "build FAILED"; grep -B2 -A12 -m5 "error" "$OUT/build.log" | head -80; exit 1; }
+  note "build: $(( $(date +%s) - t0 )) s"
+fi
+
+GPU_SUITES=$(cd "$BUILD" && ctest -N -L gpu | awk '/Test +#/ {print $3}')
+
+if has_step test; then
+  t0=$(date +%s)
+  (cd "$BUILD" && ctest -L gpu --output-on-failure -j 4 --timeout 600) >"$OUT/ctest_gpu.log" 2>&1
+  note "ctest -L gpu ($(( $(date +%s) - t0 )) s):"
+  grep -E "tests passed|Test +#|\*\*\*" "$OUT/ctest_gpu.log" | tee -a "$SUMMARY"
+fi
+
+if has_step sanitize; then
+  t0=$(date +%s)
+  for tool in memcheck racecheck; do
+    for s in $GPU_SUITES; do
+      exe=$BUILD/tests/$s
+      [ -x "$exe" ] || continue
+      echo "$tool $s"
+    done
+  done | xargs -P 6 -L 1 bash -c '
+    tool=$0; s=$1
+    log='"$OUT"'/san_${tool}_${s}.log
+    timeout 280 compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
+      '"$BUILD"'/tests/$s --run_test=@gpu --log_level=test_suite --report_level=short >$log 2>&1
+    rc=$?
+    errs=$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" $log)
+    echo "  $tool $s rc=$rc ${errs}"' | sort | tee -a "$SUMMARY"
+  note "sanitize: $(( $(date +%s) - t0 )) s"
+fi
+
+if has_step bench; then
+  for b in "$BUILD"/bench/bench_gpu_*; do
+    [ -x "$b" ] || continue
+    name=$(basename "$b")
+    timeout 240 "$b" >"$OUT/$name.txt" 2>&1
+    note "== $name (rc=$?)"
+    tail -40 "$OUT/$name.txt" | tee -a "$SUMMARY"
+  done
+fi
+note "done $(date -u +%T)"
