@@ -81,7 +81,8 @@ struct DeviceKernels {
   Tensor (*im2col)(const Tensor& x, const Window2d& w) = nullptr;
   Tensor (*col2im)(const Tensor& cols, const Shape& input_shape, const Window2d& w) = nullptr;
   MaxPoolResult (*max_pool2d)(const Tensor& x, const Window2d& w) = nullptr;
-  Tensor (*max_pool2d_backward)(const Tensor& dy, const Tensor& indices, const Shape& input_shape) = nullptr;
+  Tensor (*max_pool2d_backward)(const Tensor& dy, const Tensor& indices, const Shape& input_shape,
+                                const Window2d& w) = nullptr;
   Tensor (*avg_pool2d)(const Tensor& x, const Window2d& w) = nullptr;
   Tensor (*avg_pool2d_backward)(const Tensor& dy, const Shape& input_shape, const Window2d& w) = nullptr;
   Tensor (*dropout_mask)(const Shape& shape, double p, uint64_t seed, uint64_t offset, Device device) = nullptr;

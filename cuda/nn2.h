@@ -9,8 +9,7 @@
 //
 // The one design idea: no sum is an atomic scatter. Each output element (an
 // input pixel for col2im and avg_pool2d_backward, an output slice element for
-// index_add; a whole (n, c) plane for max_pool2d_backward, whose table entry
-// carries no window) is owned by one thread that visits its contributions in
+// index_add) is owned by one thread that visits its contributions in
 // the CPU reference's order, sums in opmath_t<T> and rounds once. The CUDA
 // results are then run-to-run deterministic and, for these sums, bit-identical
 // to ops/cpu/nn2.cpp.
@@ -41,7 +40,7 @@ Tensor col2im(const Tensor& cols, const Shape& input_shape, const Window2d& w);
 /// x (N, C, H, W) -> y and kI64 indices (N, C, H_out, W_out), flat in H·W; padding never wins, NaN wins.
 MaxPoolResult max_pool2d(const Tensor& x, const Window2d& w);
 /// dy, indices (N, C, H_out, W_out) -> dx (N, C, H, W) of `input_shape`.
-Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape);
+Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape, const Window2d& w);
 /// x (N, C, H, W) -> (N, C, H_out, W_out), divisor kH·kW (count_include_pad).
 Tensor avg_pool2d(const Tensor& x, const Window2d& w);
 /// dy (N, C, H_out, W_out) -> dx (N, C, H, W) of `input_shape`.

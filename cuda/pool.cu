@@ -8,13 +8,8 @@
 //     as zeros in the average (count_include_pad).
 //   - avg_pool2d_backward: a thread per input pixel gathers dy / (kH·kW) from
 //     the windows that cover it, in the CPU's (oh, ow) order.
-//   - max_pool2d_backward: the table hands it no window, only indices, so a
-//     pixel cannot enumerate the windows that may contain it. A thread per
-//     (n, c) plane walks the plane's outputs in row-major order and adds dy at
-//     each index into an opmath_t<T> plane (the CPU's loop), then one pass
-//     rounds it to T. Cost: H_out·W_out serial steps per plane, N·C planes in
-//     parallel (MNIST: 196 steps × 4096 threads). With the window in the
-//     table's signature it would become a per-pixel gather like the others.
+//   - max_pool2d_backward: the same gather, adding dy only from the windows
+//     whose saved index is this pixel.
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -73,30 +68,30 @@ __global__ void __launch_bounds__(kNn2Threads) max_pool2d_fwd_kernel(T* __restri
   }
 }
 
-/// acc[nc, indices[nc, o]] += dy[nc, o] for o in row-major order; one thread per plane. Accumulates into acc,
-/// which the launcher zeroes.
+/// dx[n, c, ih, iw] = Σ of dy over the windows covering the pixel whose max it was (indices), visited with
+/// (oh, ow) ascending: the CPU's order, so the sum is bit-identical to it. Overwrites dx.
 template <class T>
-__global__ void __launch_bounds__(kNn2Threads) max_pool2d_bwd_kernel(opmath_t<T>* __restrict__ acc,        // (N, C, H, W)
+__global__ void __launch_bounds__(kNn2Threads) max_pool2d_bwd_kernel(T* __restrict__ dx,                   // (N, C, H, W)
                                                                      const T* __restrict__ dy,             // (N, C, H_out, W_out)
                                                                      const int64_t* __restrict__ indices,  // (N, C, H_out, W_out)
-                                                                     int64_t count, int64_t in_plane, int64_t out_plane) {
+                                                                     Nn2Planes p, Window2d w, int64_t total) {
   using M = opmath_t<T>;
-  for (int64_t nc = nn2_first_index(); nc < count; nc += nn2_grid_stride()) {
-    M* a = acc + nc * in_plane;
-    const T* g = dy + nc * out_plane;
-    const int64_t* idx = indices + nc * out_plane;
-    for (int64_t o = 0; o < out_plane; ++o) {
-      const int64_t at = idx[o];
-      if (at >= 0 && at < in_plane) a[at] += static_cast<M>(g[o]);  // -1 (an all-padding window) adds nothing
+  for (int64_t i = nn2_first_index(); i < total; i += nn2_grid_stride()) {
+    const int64_t iw = i % p.w, ih = (i / p.w) % p.h, nc = i / (p.w * p.h);
+    const int64_t at = ih * p.w + iw, plane = nc * p.ho * p.wo;
+    M acc = M(0);
+    for (int64_t kh = w.kernel[0] - 1; kh >= 0; --kh) {
+      const int64_t oh = nn2_output_of_tap(ih, kh, w.stride[0], w.padding[0], w.dilation[0], p.ho);
+      if (oh < 0) continue;
+      for (int64_t kw = w.kernel[1] - 1; kw >= 0; --kw) {
+        const int64_t ow = nn2_output_of_tap(iw, kw, w.stride[1], w.padding[1], w.dilation[1], p.wo);
+        if (ow < 0) continue;
+        const int64_t o = plane + oh * p.wo + ow;
+        if (indices[o] == at) acc += static_cast<M>(dy[o]);
+      }
     }
+    dx[i] = convert<T>(acc);
   }
-}
-
-/// out = convert<T>(acc), elementwise. Overwrites out.
-template <class T>
-__global__ void __launch_bounds__(kNn2Threads) round_kernel(T* __restrict__ out, const opmath_t<T>* __restrict__ acc,
-                                                            int64_t total) {
-  for (int64_t i = nn2_first_index(); i < total; i += nn2_grid_stride()) out[i] = convert<T>(acc[i]);
 }
 
 /// y = (Σ of the window's taps inside the plane) / (kH·kW). Overwrites y.
@@ -168,32 +163,19 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
   return r;
 }
 
-Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& input_shape) {
+Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& input_shape,
+                           const Window2d& w) {
   ::mixtape::cuda::DeviceGuard guard(dy_in.device());  // launch on the tensor's device
   const Tensor dy = raw::contiguous(dy_in), indices = raw::contiguous(indices_in);
-  const TensorOptions on_device = TensorOptions(dy.dtype()).device(dy.device());
-  Tensor dx = empty(input_shape, on_device);  // (N, C, H, W)
-  if (dx.numel() == 0) return dx;
-  const int64_t count = input_shape[0] * input_shape[1], in_plane = input_shape[2] * input_shape[3];
-  const int64_t out_plane = dy.size(2) * dy.size(3);
+  Tensor dx = empty(input_shape, TensorOptions(dy.dtype()).device(dy.device()));  // (N, C, H, W)
+  const int64_t total = dx.numel();
+  if (total == 0) return dx;
+  const Nn2Planes p = nn2_planes(input_shape, w);
   dispatch_floating(dy.dtype(), "max_pool2d_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using M = opmath_t<T>;
-    // f32/f64 accumulate in dx itself; f16/bf16 in an f32 plane rounded once at the end.
-    constexpr bool kInPlace = std::is_same_v<T, M>;
-    Tensor acc = kInPlace ? dx : empty(input_shape, TensorOptions(dtype_v<M>).device(dy.device()));
-    MT_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, acc.nbytes(), ::mixtape::cuda::launch_stream()),
-                  "max_pool2d_backward: zeroing ", acc.nbytes(), " bytes on ", dy.device());
-    if (out_plane > 0) {
-      max_pool2d_bwd_kernel<T><<<nn2_blocks(count), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(
-          acc.data<M>(), dy.data<T>(), indices.data<int64_t>(), count, in_plane, out_plane);
-      MT_CUDA_CHECK_LAUNCH("max_pool2d_bwd_kernel (", dy.dtype(), ", dy ", dy.shape(), " on ", dy.device(), ")");
-    }
-    if constexpr (!kInPlace) {
-      const int64_t total = dx.numel();
-      round_kernel<T><<<nn2_blocks(total), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(dx.data<T>(), acc.data<M>(), total);
-      MT_CUDA_CHECK_LAUNCH("max_pool2d_backward round_kernel (", dy.dtype(), ", dx ", input_shape, ")");
-    }
+    max_pool2d_bwd_kernel<T><<<nn2_blocks(total), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(
+        dx.data<T>(), dy.data<T>(), indices.data<int64_t>(), p, w, total);
+    MT_CUDA_CHECK_LAUNCH("max_pool2d_bwd_kernel (", dy.dtype(), ", dy ", dy.shape(), " on ", dy.device(), ")");
   });
   return dx;
 }

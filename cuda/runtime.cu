@@ -1,7 +1,7 @@
 // cuda/runtime.cu — the CUDA device backend (memory, copies, casts, fills) and the mixtape::cuda queries.
 //
 // The one design idea: every device-side copy, cast and fill is one small
-// strided kernel over int64 indices. The host coalesces the operands' dims
+// strided kernel over int64 indices (a dense fill is Thrust's fill_n). The host coalesces the operands' dims
 // once (core/strided_loop.h, the same rule the CPU loops use) and passes
 // sizes and byte strides by value; the kernel maps a linear index to byte
 // offsets, so transposes, slices with steps and 0-stride broadcasts need no
@@ -25,6 +25,8 @@
 #include <string>
 
 #include <cuda_runtime.h>
+#include <thrust/execution_policy.h>
+#include <thrust/fill.h>
 
 #include <mixtape/core/dtype.h>
 #include <mixtape/core/error.h>
@@ -303,6 +305,13 @@ void fill_cuda(const Tensor& dst, double value) {
   char* d = static_cast<char*>(dst.data_ptr());
   dispatch(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if (L.contiguous) {
+      // A dense fill is Thrust's fill_n on our stream: its vectorised stores, no launch arithmetic of ours.
+      // par_nosync: the stream is not synchronised afterwards (it orders the later work itself).
+      thrust::fill_n(thrust::cuda::par_nosync.on(stream), reinterpret_cast<T*>(d), L.numel, convert<T>(value));
+      MT_CUDA_CHECK_LAUNCH("thrust::fill_n (", dst.dtype(), ", ", L.numel, " elements on ", dst.device(), ")");
+      return;
+    }
     fill_kernel<T><<<grid, kThreads, 0, stream>>>(d, convert<T>(value), L);
     MT_CUDA_CHECK_LAUNCH("fill_kernel (", dst.dtype(), ", shape ", dst.shape(), " on ", dst.device(), ")");
   });

@@ -125,7 +125,7 @@ MaxPoolResult max_pool2d(const Tensor& x, const Window2d& w) {
   return kernel_for(x.device(), &DeviceKernels::max_pool2d, "max_pool2d")(x, w);
 }
 
-Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape) {
+Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape, const Window2d& w) {
   check_defined(dy, "max_pool2d_backward", "dy");
   check_defined(indices, "max_pool2d_backward", "indices");
   check_floating("max_pool2d_backward", dy, "dy");
@@ -136,9 +136,12 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape&
            indices.shape());
   MT_CHECK(indices.device() == dy.device(), "max_pool2d_backward: dy is on ", dy.device(), " but indices on ",
            indices.device());
-  MT_CHECK(dy.size(0) == input_shape[0] && dy.size(1) == input_shape[1],
-           "max_pool2d_backward: dy of shape ", dy.shape(), " does not match the input shape ", input_shape);
-  return kernel_for(dy.device(), &DeviceKernels::max_pool2d_backward, "max_pool2d_backward")(dy, indices, input_shape);
+  check_window("max_pool2d_backward", w);
+  check_pool_padding("max_pool2d_backward", w);
+  check_fits("max_pool2d_backward", input_shape, w);
+  MT_CHECK(dy.shape() == pooled_shape(input_shape, w), "max_pool2d_backward: expected dy of shape ",
+           pooled_shape(input_shape, w), " for input shape ", input_shape, " and ", describe(w), ", got ", dy.shape());
+  return kernel_for(dy.device(), &DeviceKernels::max_pool2d_backward, "max_pool2d_backward")(dy, indices, input_shape, w);
 }
 
 Tensor avg_pool2d(const Tensor& x, const Window2d& w) {
@@ -169,8 +172,7 @@ Tensor dropout_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset
   MT_CHECK(p >= 0.0 && p <= 1.0, "dropout_mask: probability has to be between 0 and 1, but got ", p);
   for (int64_t d = 0; d < shape.size(); ++d)
     MT_CHECK(shape[d] >= 0, "dropout_mask: negative size ", shape[d], " at dim ", d, " (shape ", shape, ")");
-  // Drawn by the CPU for every device and copied there (one byte per element)
-  // until a backend brings its own Philox kernel: the counters make it the same mask either way.
+  // Each backend draws on its own device; the Philox counters make it the same mask either way.
   return kernel_for(device, &DeviceKernels::dropout_mask, "dropout_mask")(shape, p, seed, offset, device);
 }
 

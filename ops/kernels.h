@@ -83,7 +83,7 @@ Tensor col2im(const Tensor& cols, const Shape& input_shape, const Window2d& w);
 
 /// max over each window (padding never wins); indices (kI64) are flat positions in each H·W plane.
 MaxPoolResult max_pool2d(const Tensor& x, const Window2d& w);
-Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape);
+Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape, const Window2d& w);
 /// mean over each window, padding counted in the divisor (count_include_pad).
 Tensor avg_pool2d(const Tensor& x, const Window2d& w);
 Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const Window2d& w);

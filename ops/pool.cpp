@@ -52,7 +52,8 @@ struct MaxPool2d {
     return ctx.unbatched ? raw::squeeze(r.y, 0) : r.y;
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
-    Tensor dx = kernels::max_pool2d_backward(ctx.unbatched ? raw::unsqueeze(dy, 0) : dy, ctx.saved(0), ctx.x_shape);
+    Tensor dx = kernels::max_pool2d_backward(ctx.unbatched ? raw::unsqueeze(dy, 0) : dy, ctx.saved(0), ctx.x_shape,
+                                                 ctx.window);
     return {ctx.unbatched ? raw::squeeze(dx, 0) : dx};
   }
 };

@@ -147,7 +147,7 @@ BOOST_AUTO_TEST_CASE(empty_cache_returns_reserved_to_allocated, MT_GPU_TEST) {
   BOOST_TEST(kept.to_vector<float>() == std::vector<float>(1234, 5.0f), boost::test_tools::per_element());
 }
 
-BOOST_AUTO_TEST_CASE(out_of_memory_names_the_request_and_recovers, MT_GPU_TEST) {
+BOOST_AUTO_TEST_CASE(out_of_memory_names_the_request_and_recovers, MT_GPU_TEST MT_OOM_TEST) {
   const Tensor kept = mt::full({4096}, -1.5, on_gpu());
   { const Tensor cached = mt::empty({4 * kMiB}, on_gpu(mt::kU8)); }  // a block in the cache, freed by the retry
   const int64_t too_many = static_cast<int64_t>(cu::device_properties(0).total_memory) * 2;

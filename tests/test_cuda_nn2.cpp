@@ -263,16 +263,16 @@ BOOST_AUTO_TEST_CASE(max_pool2d_backward_matches_cpu_and_is_deterministic, MT_GP
       const Tensor x = tied(c.input, dt, false);
       const kn::MaxPoolResult fwd = kn::max_pool2d(x, c.w);
       const Tensor dy = randn_cpu(fwd.y.shape(), dt, 43);
-      const Tensor want = kn::max_pool2d_backward(dy, fwd.indices, c.input);
-      const Tensor got = kn::max_pool2d_backward(on_cuda(dy), on_cuda(fwd.indices), c.input);
+      const Tensor want = kn::max_pool2d_backward(dy, fwd.indices, c.input, c.w);
+      const Tensor got = kn::max_pool2d_backward(on_cuda(dy), on_cuda(fwd.indices), c.input, c.w);
       check_close(got, want, label("max_pool2d_backward", c, dt));
-      check_same_bits(kn::max_pool2d_backward(on_cuda(dy), on_cuda(fwd.indices), c.input), got,
+      check_same_bits(kn::max_pool2d_backward(on_cuda(dy), on_cuda(fwd.indices), c.input, c.w), got,
                       label("max_pool2d_backward run twice", c, dt));
       // dy as a transposed view.
       const Shape p = fwd.y.shape(), swapped{p[0], p[1], p[3], p[2]};
       const Tensor dy_base = randn_cpu(swapped, dt, 44);
-      check_close(kn::max_pool2d_backward(transposed_23(on_cuda(dy_base)), on_cuda(fwd.indices), c.input),
-                  kn::max_pool2d_backward(transposed_23(dy_base), fwd.indices, c.input),
+      check_close(kn::max_pool2d_backward(transposed_23(on_cuda(dy_base)), on_cuda(fwd.indices), c.input, c.w),
+                  kn::max_pool2d_backward(transposed_23(dy_base), fwd.indices, c.input, c.w),
                   label("max_pool2d_backward", c, dt, "transposed dy"));
     }
 }

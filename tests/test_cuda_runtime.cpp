@@ -367,7 +367,7 @@ BOOST_AUTO_TEST_CASE(copy_across_devices_with_broadcasting, MT_GPU_TEST) {
   BOOST_TEST(mt::cuda::current_device() == 0);
 }
 
-BOOST_AUTO_TEST_CASE(out_of_memory_is_an_error_and_recoverable, MT_GPU_TEST) {
+BOOST_AUTO_TEST_CASE(out_of_memory_is_an_error_and_recoverable, MT_GPU_TEST MT_OOM_TEST) {
   const mt::cuda::DeviceProperties p = mt::cuda::device_properties(0);
   const auto too_many = static_cast<int64_t>(p.total_memory) * 2;
   BOOST_CHECK_EXCEPTION(mt::empty({too_many}, TensorOptions(mt::kU8).device(Device::cuda())), mt::Error,

@@ -22,3 +22,7 @@ struct cuda_available {
 /// Decorators for a GPU test case: `BOOST_AUTO_TEST_CASE(name, MT_GPU_TEST)`.
 #define MT_GPU_TEST \
   *boost::unit_test::precondition(::mixtape::test::cuda_available()) * boost::unit_test::label("gpu")
+
+/// Added to a GPU case that provokes out-of-memory on purpose: compute-sanitizer reports the failed
+/// cudaMalloc as an API error, so bench/gpu_session.sh runs it without these (`--run_test=!@oom`).
+#define MT_OOM_TEST *boost::unit_test::label("oom")

@@ -224,7 +224,7 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
   return r;
 }
 
-Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& input_shape) {
+Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const Shape& input_shape, const Window2d&) {
   const Tensor dy = raw::contiguous(dy_in), indices = raw::contiguous(indices_in);
   Tensor dx = empty(input_shape, dy.dtype());  // (N, C, H, W)
   if (dx.numel() == 0) return dx;

@@ -23,7 +23,7 @@ Tensor col2im(const Tensor& cols, const Shape& input_shape, const Window2d& w);
 /// x (N, C, H, W) -> y (N, C, H_out, W_out) and indices (N, C, H_out, W_out, kI64, flat in H·W); NaN wins.
 MaxPoolResult max_pool2d(const Tensor& x, const Window2d& w);
 /// dy, indices (N, C, H_out, W_out) -> dx (N, C, H, W) of `input_shape`, dy added at each index.
-Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape);
+Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape, const Window2d& w);
 /// x (N, C, H, W) -> (N, C, H_out, W_out): window sums over kH·kW (padding counted as zeros).
 Tensor avg_pool2d(const Tensor& x, const Window2d& w);
 /// dy (N, C, H_out, W_out) -> dx (N, C, H, W) of `input_shape`.
