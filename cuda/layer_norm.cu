@@ -9,9 +9,12 @@
 // deviations (two sweeps of the row, the second from L1/L2), so f16 rows far
 // from 0 keep their precision.
 //
-// dweight/dbias are column sums over rows: each block of the partial kernel
-// sums a fixed chunk of rows for 256 columns into one row of partials, and a
-// final kernel adds the partials of each column in chunk order. No float
+// dweight/dbias are column sums over rows. For rows of up to 8192 elements the
+// backward's dx kernel sums them too, per block in shared memory, while it
+// has dy and x in registers (one read of each: 3 tensor passes in all); a
+// final kernel adds the blocks' partials of each column in block order. For
+// longer rows a second kernel re-reads dy and x: each block sums a fixed chunk
+// of rows for 256 columns, then the chunks are added in order. No float
 // atomics, so the result is the same on every run.
 // Outputs are freshly allocated and overwritten.
 #include <mixtape/cuda/nn.h>
@@ -173,6 +176,11 @@ __global__ void __launch_bounds__(kBlock) layer_norm_fwd_kernel(const T* __restr
 // ---- backward -------------------------------------------------------------------------------
 
 /// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) per row, g = dy·w, x̂ = (x − mean)·rstd. Overwrites dx.
+///
+/// With `part` set (the fused path), each block also sums dweight (Σ dy·x̂) and dbias (Σ dy) of its rows per
+/// column in shared memory — one (dweight, dbias) pair of M-rows per row owner (warp or block), so a column's
+/// slot is only ever touched by the one thread whose elements it holds — and writes them, summed over its
+/// warps in order, as row blockIdx.x of part (gridDim.x, 2, M). The columns never need a second read of dy and x.
 template <class T, int kPerRow, int kBlock>
 __global__ void __launch_bounds__(kBlock) layer_norm_bwd_dx_kernel(const T* __restrict__ dy,            // (rows, M)
                                                                    const T* __restrict__ x,             // (rows, M)
@@ -180,10 +188,22 @@ __global__ void __launch_bounds__(kBlock) layer_norm_bwd_dx_kernel(const T* __re
                                                                    const acc_t<T>* __restrict__ rstd,   // (rows)
                                                                    const acc_t<T>* __restrict__ weight,  // (M) or null
                                                                    T* __restrict__ dx,                  // (rows, M)
+                                                                   acc_t<T>* __restrict__ part,         // (grid, 2, M) or null
                                                                    int64_t rows, int M, bool vec) {
   using Acc = acc_t<T>;
   constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
   const int t = static_cast<int>(threadIdx.x) % kPerRow;
+  extern __shared__ unsigned char smem_raw[];
+  // (kRowsPerBlock, 2, M): this row owner's dweight and dbias columns.
+  Acc* const cols = reinterpret_cast<Acc*>(smem_raw) + static_cast<int64_t>(threadIdx.x / kPerRow) * 2 * M;
+  // Column j's slot: with 16-byte vectors a thread holds V neighbouring columns, so lanes would hit the same
+  // banks V at a time; slot (j mod V, j / V) puts a warp's lanes on consecutive words for each of its V columns.
+  const int per_vec = M / V;
+  auto slot = [&](int j) { return vec ? (j % V) * per_vec + j / V : j; };
+  if (part) {
+    for (int j = t; j < 2 * M; j += kPerRow) cols[j] = Acc(0);
+    __syncthreads();
+  }
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
     const int64_t off = row * M;
@@ -197,6 +217,11 @@ __global__ void __launch_bounds__(kBlock) layer_norm_bwd_dx_kernel(const T* __re
     };
     auto grad = [&](int j, Acc g, Acc xv, Acc mg, Acc mgx) {
       const Acc xhat = (xv - mu) * rs;
+      if (part) {
+        const int k = slot(j);
+        cols[k] += g * xhat;
+        cols[M + k] += g;
+      }
       return convert<T>(rs * (gw(j, g) - mg - xhat * mgx));
     };
     if (vec) {
@@ -229,6 +254,17 @@ __global__ void __launch_bounds__(kBlock) layer_norm_bwd_dx_kernel(const T* __re
       for (int i = t; i < M; i += kPerRow)
         dx[off + i] = grad(i, static_cast<Acc>(dy[off + i]), static_cast<Acc>(x[off + i]), mg, mgx);
     }
+  }
+  if (!part) return;
+  __syncthreads();
+  const Acc* all = reinterpret_cast<const Acc*>(smem_raw);
+  Acc* out = part + static_cast<int64_t>(blockIdx.x) * 2 * M;
+  for (int j = static_cast<int>(threadIdx.x); j < 2 * M; j += kBlock) {
+    Acc sum = 0;
+    const int k = j < M ? slot(j) : M + slot(j - M);
+#pragma unroll
+    for (int owner = 0; owner < kRowsPerBlock; ++owner) sum += all[static_cast<int64_t>(owner) * 2 * M + k];
+    out[j] = sum;
   }
 }
 
@@ -273,7 +309,43 @@ __global__ void __launch_bounds__(kColumnThreads) layer_norm_bwd_params_final_ke
   out[j] = s;
 }
 
+/// dweight[j] = Σ_b part[b, 0, j] and dbias[j] = Σ_b part[b, 1, j], in block order. Overwrites both (either may
+/// be null).
+template <class Acc>
+__global__ void __launch_bounds__(kColumnThreads) layer_norm_bwd_fused_final_kernel(const Acc* __restrict__ part,  // (blocks, 2, M)
+                                                                                    Acc* __restrict__ dweight,     // (M) or null
+                                                                                    Acc* __restrict__ dbias,       // (M) or null
+                                                                                    int64_t blocks, int64_t M) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
+  if (j >= M) return;
+  Acc w = 0, b = 0;
+  for (int64_t k = 0; k < blocks; ++k) {
+    w += part[(2 * k) * M + j];
+    b += part[(2 * k + 1) * M + j];
+  }
+  if (dweight) dweight[j] = w;
+  if (dbias) dbias[j] = b;
+}
+
 // ---- launchers ------------------------------------------------------------------------------
+
+/// The longest rows whose backward sums the parameter columns in shared memory: 2·8192 f32 (64 KiB) a block,
+/// 128 KiB in f64. Beyond it the columns take a second pass over dy and x.
+constexpr int64_t kFusedMaxM = 8192;
+
+/// How many blocks of `kernel` fit on the device at once with `smem` bytes of dynamic shared memory each,
+/// raising the kernel's dynamic shared-memory limit first (above 48 KiB it must be asked for).
+template <class Kernel>
+int64_t resident_blocks(Kernel kernel, int block, size_t smem, int device) {
+  MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                "layer_norm_backward: asking for ", smem, " bytes of shared memory");
+  int per_sm = 0;
+  MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem),
+                "layer_norm_backward: occupancy query");
+  MT_CHECK(per_sm > 0, "layer_norm_backward: a block of ", block, " threads with ", smem,
+           " bytes of shared memory does not fit a multiprocessor");
+  return static_cast<int64_t>(per_sm) * ::mixtape::cuda::multiprocessor_count(device);
+}
 
 /// Rows of up to 1024 elements: a warp each, 8 per block; up to 8192: a block of 256; longer: a block of 512
 /// (two such blocks fit an SM at <= 64 registers a thread, so one block's reduction overlaps the other's loads).
@@ -361,7 +433,39 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     const Acc* rp = rstd_t.data<Acc>();
     T* dxp = g.dx.data<T>();
     const bool vec = M % kVec<T> == 0 && aligned(gp, 16) && aligned(xp, 16) && aligned(dxp, 16);
-    auto args = [&](auto launch) { launch(gp, xp, mp, rp, data_or_null<Acc>(w), dxp, rows, static_cast<int>(M), vec); };
+    const bool want_params = want_w || bias_defined;
+    const auto acc = TensorOptions(acc_dtype_v<Acc>).device(device);
+    auto to_param = [&](const Tensor& sum) { return raw::to(sum, param_dtype); };  // one rounding to their dtype
+
+    // Rows of up to kFusedMaxM elements: the dx kernel sums the parameter columns in shared memory as well.
+    if (want_params && M <= kFusedMaxM) {
+      auto fused = [&](auto kernel, int rows_per_block, int block) {
+        const size_t smem = static_cast<size_t>(rows_per_block) * 2 * static_cast<size_t>(M) * sizeof(Acc);
+        const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block,
+                                                 resident_blocks(kernel, block, smem, device.index));
+        const Tensor part = empty({blocks, 2, M}, acc);
+        kernel<<<static_cast<unsigned>(blocks), block, smem, ::mixtape::cuda::launch_stream()>>>(
+            gp, xp, mp, rp, data_or_null<Acc>(w), dxp, part.data<Acc>(), rows, static_cast<int>(M), vec);
+        MT_CUDA_CHECK_LAUNCH(op, " with parameter columns (", rows, " rows of ", M, ", ", smem, " bytes of shared memory)");
+        Tensor dw_sum = want_w ? empty(param_shape, acc) : Tensor();
+        Tensor db_sum = bias_defined ? empty(param_shape, acc) : Tensor();
+        layer_norm_bwd_fused_final_kernel<Acc>
+            <<<static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
+                part.data<Acc>(), want_w ? dw_sum.data<Acc>() : nullptr, bias_defined ? db_sum.data<Acc>() : nullptr,
+                blocks, M);
+        MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_fused_final_kernel (", blocks, " blocks of ", M, " columns)");
+        if (want_w) g.dweight = to_param(dw_sum);
+        if (bias_defined) g.dbias = to_param(db_sum);
+      };
+      if (M <= 1024) fused(layer_norm_bwd_dx_kernel<T, kWarp, 256>, 256 / kWarp, 256);
+      else fused(layer_norm_bwd_dx_kernel<T, 256, 256>, 1, 256);
+      return;
+    }
+
+    Acc* const no_part = nullptr;
+    auto args = [&](auto launch) {
+      launch(gp, xp, mp, rp, data_or_null<Acc>(w), dxp, no_part, rows, static_cast<int>(M), vec);
+    };
     if (M <= 1024)
       args([&](auto... a) { launch_rows<kWarp, 256>(layer_norm_bwd_dx_kernel<T, kWarp, 256>, op, rows, M, a...); });
     else if (M <= 8192)
@@ -369,11 +473,11 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     else
       args([&](auto... a) { launch_rows<512, 512>(layer_norm_bwd_dx_kernel<T, 512, 512>, op, rows, M, a...); });
 
-    if (!want_w && !bias_defined) return;
-    // Chunks of rows: enough blocks to fill the GPU, at most kMaxChunks (gridDim.y).
+    if (!want_params) return;
+    // Longer rows: a second pass over dy and x sums the parameter columns, chunks of rows at a time (enough
+    // blocks to fill the GPU, at most kMaxChunks of them: gridDim.y).
     const int64_t rows_per_chunk = std::max(kRowsPerChunk, (rows + kMaxChunks - 1) / kMaxChunks);
     const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-    const auto acc = TensorOptions(acc_dtype_v<Acc>).device(device);
     const Tensor dw_part = want_w ? empty({chunks, M}, acc) : Tensor();
     const Tensor db_part = bias_defined ? empty({chunks, M}, acc) : Tensor();
     const dim3 grid(static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), static_cast<unsigned>(chunks));
@@ -387,7 +491,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
           <<<static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
               part.data<Acc>(), sum.data<Acc>(), chunks, M);
       MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_params_final_kernel (", chunks, " chunks of ", M, " columns)");
-      return raw::to(sum, param_dtype);  // one rounding to the parameters' dtype
+      return to_param(sum);
     };
     if (want_w) g.dweight = finish(dw_part);
     if (bias_defined) g.dbias = finish(db_part);

@@ -84,6 +84,28 @@ __device__ __forceinline__ void online_add(MaxSum<Acc>& a, Acc x) {
   }
 }
 
+/// Adds a vector of V elements: the running max moves once per vector (one rescaling exp, not one per new
+/// maximum), then each element adds exp(x − m), with no branch per element but the −inf test. NaN and
+/// infinities end as in online_add: a NaN never becomes the max but makes its exp, and so s, NaN; a +inf max
+/// meets itself as inf − inf = NaN.
+template <class Acc, class T, int V>
+__device__ __forceinline__ void online_add_pack(MaxSum<Acc>& a, const Pack<T, V>& p) {
+  Acc x[V];
+  Acc pm = static_cast<Acc>(p.v[0]);
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    x[k] = static_cast<Acc>(p.v[k]);
+    pm = x[k] > pm ? x[k] : pm;
+  }
+  if (pm > a.m) {
+    a.s = a.s == Acc(0) ? Acc(0) : a.s * math::detail::exp(a.m - pm);
+    a.m = pm;
+  }
+#pragma unroll
+  for (int k = 0; k < V; ++k)
+    if (x[k] != -std::numeric_limits<Acc>::infinity()) a.s += math::detail::exp(x[k] - a.m);
+}
+
 /// Merges two threads' statistics; an empty share (m = −inf, s = 0) contributes nothing.
 struct MergeMaxSum {
   template <class Acc>
@@ -139,9 +161,7 @@ __global__ void __launch_bounds__(kBlock) softmax_fwd_kernel(const T* __restrict
       const auto* xv = reinterpret_cast<const Pack<T, V>*>(xr);
 #pragma unroll 4
       for (int i = t; i < C / V; i += kPerRow) {
-        const Pack<T, V> p = xv[i];
-#pragma unroll
-        for (int k = 0; k < V; ++k) online_add(st, static_cast<Acc>(p.v[k]));
+        online_add_pack(st, xv[i]);
       }
     } else {
       for (int i = t; i < C; i += kPerRow) online_add(st, static_cast<Acc>(xr[i]));

@@ -225,8 +225,10 @@ void check_layer_norm(const Tensor& x, int64_t M, const Tensor& w, const Tensor&
 BOOST_AUTO_TEST_CASE(layer_norm_matches_cpu, MT_GPU_TEST) {
   mt::manual_seed(6);
   for (DType dt : kFloatDTypes)
-    for (int64_t M : {1, 7, 1023, 4096, 65537}) {
-      const int64_t rows = M >= 4096 ? 3 : 300;  // 300 rows: several chunks of the dweight/dbias partial sums
+    // Rows of up to 8192 sum dweight/dbias in the dx kernel's shared memory (1024: the warp kernel's
+    // longest; 8, 8192: 16-byte vectors; 7, 1023: scalar), longer ones in a second pass (8200, 65537).
+    for (int64_t M : {1, 7, 8, 1023, 1024, 4096, 8192, 8200, 65537}) {
+      const int64_t rows = M >= 4096 ? 9 : 300;  // 300 rows: several chunks of the dweight/dbias partial sums
       const Tensor x = randn_as({rows, M}, dt);
       const Tensor w = randn_as({M}, dt), b = randn_as({M}, dt);
       check_layer_norm(x, M, w, b, "weight and bias");
@@ -246,6 +248,11 @@ BOOST_AUTO_TEST_CASE(layer_norm_shapes_and_params, MT_GPU_TEST) {
   check_layer_norm(randn_as({2, 3, 100}, mt::kF64), 100, randn_as({100}, mt::kF64), Tensor(), "f64");
   check_layer_norm(randn_as({6000, 64}, mt::kF32), 64, randn_as({64}, mt::kF32), randn_as({64}, mt::kF32),
                    "many rows");
+  // More rows than the resident blocks hold at once: each block's rows are strided over the whole tensor.
+  check_layer_norm(randn_as({20000, 1024}, mt::kBF16), 1024, randn_as({1024}, mt::kBF16), randn_as({1024}, mt::kBF16),
+                   "rows beyond one sweep of the grid");
+  check_layer_norm(randn_as({3000, 2048}, mt::kF32), 2048, randn_as({2048}, mt::kF32), Tensor(),
+                   "rows beyond one sweep of the grid, a block a row");
 }
 
 // f16 rows near +1000: the mean is summed relative to the first element, so nothing cancels.

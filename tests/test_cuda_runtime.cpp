@@ -293,6 +293,44 @@ BOOST_AUTO_TEST_CASE(cast_matches_cpu_for_every_dtype_pair, MT_GPU_TEST) {
   }
 }
 
+// The device converts float <-> f16 and float -> bf16 with the hardware's cvt instructions (core/half.h) and
+// the CPU with integer code: every 16-bit pattern, and every rounding tie of each with its two neighbours,
+// must give the same bits, NaNs (which the device leaves to the integer code) included.
+BOOST_AUTO_TEST_CASE(half_and_bfloat16_conversions_are_bit_exact_on_the_device, MT_GPU_TEST) {
+  for (DType narrow : {mt::kF16, mt::kBF16}) {
+    const char* name = mt::dtype_name(narrow);
+    Tensor patterns = mt::empty({65536}, TensorOptions(narrow));
+    auto* bits = static_cast<uint16_t*>(patterns.data_ptr());
+    for (uint32_t b = 0; b < 65536; ++b) bits[b] = static_cast<uint16_t>(b);
+    const Tensor wide = patterns.to(mt::kF32);  // the CPU's integer widening
+    check_bit_exact(patterns.to(Device::cuda()).to(mt::kF32), wide, std::string(name) + " -> f32, all 65536 patterns");
+
+    // Ties: the midpoint between each positive finite pattern and the next, and the floats either side of it
+    // (the largest finite value's "next" is one more step of its binade: its tie is the overflow threshold).
+    const auto* w = static_cast<const float*>(wide.data_ptr());
+    std::vector<float> v;
+    for (uint32_t b = 1; b < 0x8000; ++b) {
+      if (!std::isfinite(w[b])) break;
+      const double next = std::isfinite(w[b + 1]) ? w[b + 1] : 2.0 * w[b] - w[b - 1];
+      const auto mid = static_cast<float>((static_cast<double>(w[b]) + next) / 2);  // exact in f32
+      for (float x : {std::nextafter(mid, -INFINITY), mid, std::nextafter(mid, INFINITY)}) {
+        v.push_back(x);
+        v.push_back(-x);
+      }
+    }
+    std::mt19937 rng(2026);
+    for (int i = 0; i < (1 << 20); ++i) {  // random bit patterns: subnormals, infinities and NaN payloads too
+      const uint32_t u = rng();
+      float x;
+      std::memcpy(&x, &u, sizeof x);
+      v.push_back(x);
+    }
+    const Tensor f = mt::from_vector(v, Shape{static_cast<int64_t>(v.size())});
+    check_bit_exact(f.to(Device::cuda()).to(narrow), f.to(narrow),
+                    std::string("f32 -> ") + name + ", ties, their neighbours and 2^20 random patterns");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(cast_of_large_tensors_covers_the_grid_stride_loop, MT_GPU_TEST) {
   // Millions of elements: more than one grid's worth of threads, so every thread loops.
   mt::Generator gen(7);
