@@ -13,9 +13,9 @@
 // 16-byte rows of every 8×8 fragment piece in distinct banks and keeps wmma's ldm a multiple of 16 B.
 // A transposed operand is simply read with the other wmma layout (col_major), never transposed.
 //
-// The epilogue reuses the pipeline's shared memory: each warp stores one 16-row strip of its
-// accumulators, then writes it to C row by row (four consecutive columns per lane, one vector store
-// when aligned), adding the bias, applying relu and rounding once to the output dtype (RNE).
+// The epilogue reuses the pipeline's shared memory (grown to 136 KB for the large tile): each warp stores
+// all its accumulators there, then writes its block of C row by row (four consecutive columns per lane,
+// one vector store when aligned), adding the bias, applying relu and rounding once to the output dtype.
 //
 // Operands whose rows are not 16-byte aligned (ld % 8 != 0 for halves, odd base pointers, N = 10
 // layers) take the small tile, which checks per operand at run time and stages those with predicated
@@ -105,15 +105,16 @@ struct TileConfig {
   template <bool kTransB> static constexpr int b_elems() {
     return round128(kTransB ? BN * (BK + kPad) : BK * (BN + kPad));
   }
-  static constexpr int kEpiLd = WN + 4;  // f32 strip row stride (a multiple of 4 floats, as wmma requires)
-  static constexpr int kEpiBytes = kWarps * 16 * kEpiLd * 4;
+  static constexpr int kEpiLd = WN + 4;  // f32 epilogue row stride (a multiple of 4 floats, as wmma requires)
+  static constexpr int kEpiBytes = kWarps * WM * kEpiLd * 4;
   template <bool kTransA, bool kTransB> static constexpr int smem_bytes() {
     const int pipe = STAGES * (a_elems<kTransA>() + b_elems<kTransB>()) * static_cast<int>(sizeof(T));
     return pipe > kEpiBytes ? pipe : kEpiBytes;
   }
 };
 
-// The two tiles. Large: 8 warps of 64×64, 4 stages (120 KB of shared memory for halves), one block per SM.
+// The two tiles. Large: 8 warps of 64×64, 4 stages (120 KB of shared memory for halves, 136 KB for the
+// epilogue), one block per SM.
 // Small: 4 warps of 32×32, for problems whose large tiles would leave SMs idle (MNIST-sized layers);
 // 38 KB and at most 128 registers, so four blocks share an SM.
 template <class T> using LargeTile = TileConfig<T, 128, 256, 64, 64, 4, 1>;
@@ -321,10 +322,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
       }
     }
 
-    // Epilogue: the pipeline's shared memory becomes one f32 strip of 16 × WN per warp.
+    // Epilogue: the pipeline's shared memory becomes one f32 WM × WN block per warp. Every accumulator
+    // goes there first, so none of the 128 accumulator registers is live while the outputs are written
+    // (keeping them, ptxas spilled on sm_80).
     cp_async_wait<0>();
     __syncthreads();
-    float* const strip = reinterpret_cast<float*>(smem_raw) + warp * 16 * Cfg::kEpiLd;
+    float* const block = reinterpret_cast<float*>(smem_raw) + warp * Cfg::WM * Cfg::kEpiLd;
+#pragma unroll
+    for (int i = 0; i < kFragM; ++i)
+#pragma unroll
+      for (int j = 0; j < kFragN; ++j)
+        wmma::store_matrix_sync(block + i * 16 * Cfg::kEpiLd + j * 16, acc[i][j], Cfg::kEpiLd, wmma::mem_row_major);
+    __syncwarp();
     constexpr int kLanesPerRow = Cfg::WN / 4, kRowsPerPass = 32 / kLanesPerRow;
     const int lane_row = lane / kLanesPerRow, lane_col = lane % kLanesPerRow * 4;
     const int gn = n0 + warp_n0 + lane_col;
@@ -335,34 +344,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
       for (int j = 0; j < 4; ++j)
         if (j < count) bias[j] = load_float(p.bias, gn + j, p.bias_dtype);
     }
+    const int rows_left = p.m - (m0 + warp_m0);  // rows of this warp's block inside C
+#pragma unroll 4
+    for (int r = lane_row; r < Cfg::WM; r += kRowsPerPass) {
+      if (r < rows_left && count > 0) {
+        const float4 s = *reinterpret_cast<const float4*>(block + r * Cfg::kEpiLd + lane_col);
+        float v[4] = {s.x + bias[0], s.y + bias[1], s.z + bias[2], s.w + bias[3]};
+        if (p.relu) {
 #pragma unroll
-    for (int i = 0; i < kFragM; ++i) {
-#pragma unroll
-      for (int j = 0; j < kFragN; ++j)
-        wmma::store_matrix_sync(strip + j * 16, acc[i][j], Cfg::kEpiLd, wmma::mem_row_major);
-      __syncwarp();
-#pragma unroll
-      for (int pass = 0; pass < 16 / kRowsPerPass; ++pass) {
-        const int r = pass * kRowsPerPass + lane_row;
-        const int gm = m0 + warp_m0 + i * 16 + r;
-        if (gm < p.m && count > 0) {
-          const float4 s = *reinterpret_cast<const float4*>(strip + r * Cfg::kEpiLd + lane_col);
-          float v[4] = {s.x + bias[0], s.y + bias[1], s.z + bias[2], s.w + bias[3]};
-          if (p.relu) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) v[j] = v[j] > 0.0f ? v[j] : 0.0f;
-          }
-          const int64_t row = batch * p.c_batch + static_cast<int64_t>(gm) * p.ldc;
-          switch (p.out_dtype) {
-            case DType::kF16: store4(static_cast<__half*>(p.c) + row, gn, count, v); break;
-            case DType::kBF16: store4(static_cast<__nv_bfloat16*>(p.c) + row, gn, count, v); break;
-            default: store4(static_cast<float*>(p.c) + row, gn, count, v); break;
-          }
+          for (int j = 0; j < 4; ++j) v[j] = v[j] > 0.0f ? v[j] : 0.0f;
+        }
+        const int64_t row = batch * p.c_batch + static_cast<int64_t>(m0 + warp_m0 + r) * p.ldc;
+        switch (p.out_dtype) {
+          case DType::kF16: store4(static_cast<__half*>(p.c) + row, gn, count, v); break;
+          case DType::kBF16: store4(static_cast<__nv_bfloat16*>(p.c) + row, gn, count, v); break;
+          default: store4(static_cast<float*>(p.c) + row, gn, count, v); break;
         }
       }
-      __syncwarp();  // the strip is overwritten by the next row of fragments
     }
-    if (batch + static_cast<int>(gridDim.y) < p.batches) __syncthreads();  // strips alias the next prologue
+    if (batch + static_cast<int>(gridDim.y) < p.batches) __syncthreads();  // the epilogue blocks alias the next prologue
   }
 }
 
