@@ -58,6 +58,19 @@ void set_device(int device);
 /// The calling thread's current CUDA device; throws when CUDA is unavailable.
 int current_device();
 
+// ---- TF32 ----------------------------------------------------------------------------------
+
+/// Lets f32 matrix products outside autocast (matmul, linear, bmm, conv2d) run on the TF32 Tensor Cores:
+/// inputs rounded to 10 mantissa bits, f32 accumulation, about 8x the f32 throughput. Off by default
+/// (PyTorch's torch.backends.cuda.matmul.allow_tf32), process-wide. Never throws; a CPU-only build keeps
+/// the flag too, so code that sets it builds and runs everywhere.
+/// @code
+///   mixtape::cuda::set_allow_tf32(true);   // f32 GEMMs trade precision for speed from here on
+/// @endcode
+void set_allow_tf32(bool allow) noexcept;
+/// Whether f32 matrix products may run in TF32 (set_allow_tf32). Never throws.
+bool allow_tf32() noexcept;
+
 // ---- the caching allocator -----------------------------------------------------------------
 //
 // CUDA tensors take their memory from a caching allocator (cuda/allocator.cu): a freed block stays reserved

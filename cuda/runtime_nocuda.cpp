@@ -8,6 +8,7 @@
 #include <mixtape/cuda/runtime.h>
 #include <mixtape/cuda/stream.h>
 
+#include <atomic>
 #include <utility>
 
 #include <mixtape/core/error.h>
@@ -34,6 +35,16 @@ void synchronize() { MT_ERROR("cuda::synchronize: ", kNoCuda, " (", kHowTo, ")")
 void set_device(int device) { MT_ERROR("cuda::set_device(", device, "): ", kNoCuda, " (", kHowTo, ")"); }
 
 int current_device() { MT_ERROR("cuda::current_device: ", kNoCuda, " (", kHowTo, ")"); }
+
+// ---- TF32: a flag with nothing to apply to, kept so that code setting it runs everywhere ------------
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) noexcept { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+
+bool allow_tf32() noexcept { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 // ---- the allocator and the debug counters: nothing was ever allocated or copied ----------------
 

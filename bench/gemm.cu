@@ -1,0 +1,341 @@
+// bench/gemm.cu — mixtape's WMMA GEMM against cuBLAS on the same GPU (bench_gpu_gemm).
+//
+// For each shape: mixtape WMMA (f16 and bf16 in, f32 accumulate, output in the input dtype) against
+// cublasGemmEx with the same dtypes and CUBLAS_COMPUTE_32F, and mixtape's f32 SIMT matmul
+// (kernels::cuda::matmul) against cublasSgemm (pure f32, no TF32). Inputs are uniform in [-1, 1)
+// (never zeros: a Tensor Core multiplying zeros draws less power and clocks higher). Before timing,
+// every mixtape result is compared with cuBLAS's (relative Frobenius error, computed on the device) and
+// the program fails when it is off. Each timing is the median of 21 runs after warm-up, a run being a
+// CUDA-event-timed burst of back-to-back launches of at least ~0.5 ms (so launch gaps of tiny MNIST
+// GEMMs count the way they do in training). Prints TFLOP/s (2mnk / time) and the ratios the issue set
+// as targets, and the registers / shared memory of every WMMA instantiation.
+//
+// Layouts: NN = A (m, k) · B (k, n); NT reads B stored (n, k) (Linear forward: x·Wᵀ); TN reads A stored
+// (k, m) (the weight gradient Xᵀ·dY). cuBLAS is column-major: row-major C = A·B is computed as
+// Cᵀ = Bᵀ·Aᵀ, i.e. the operands swap and each keeps its own transpose flag.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <mixtape/core/dtype.h>
+#include <mixtape/core/error.h>
+#include <mixtape/core/tensor.h>
+#include <mixtape/cuda/check.h>
+#include <mixtape/cuda/elementwise.h>
+#include <mixtape/cuda/gemm.cuh>
+#include <mixtape/cuda/runtime.h>
+
+namespace mt = mixtape;
+namespace kc = mixtape::kernels::cuda;
+using mt::DType;
+using mt::Tensor;
+
+#define BENCH_CUBLAS(expr, what)                                                       \
+  do {                                                                                 \
+    const cublasStatus_t bench_status_ = (expr);                                       \
+    if (bench_status_ != CUBLAS_STATUS_SUCCESS)                                        \
+      MT_ERROR(what, ": ", cublasGetStatusName(bench_status_), " (", #expr, ")");      \
+  } while (0)
+
+namespace {
+
+// ---- device helpers: random fill and the relative Frobenius error ----------------------------------------
+
+__device__ __forceinline__ float hash_uniform(uint64_t i, uint64_t seed) {  // splitmix64 → [-1, 1)
+  uint64_t z = i + seed * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+template <class T>
+__global__ void fill_uniform_kernel(T* p, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = hash_uniform(static_cast<uint64_t>(i), seed);
+    if constexpr (std::is_same_v<T, float>) p[i] = v;
+    else if constexpr (std::is_same_v<T, __half>) p[i] = __float2half_rn(v);
+    else p[i] = __float2bfloat16_rn(v);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ double as_double(const T* p, int64_t i) {
+  if constexpr (std::is_same_v<T, float>) return p[i];
+  else if constexpr (std::is_same_v<T, __half>) return __half2float(p[i]);
+  else return __bfloat162float(p[i]);
+}
+
+/// acc[0] += Σ (x - y)², acc[1] += Σ y² over n dense elements.
+template <class T>
+__global__ void diff_kernel(const T* x, const T* y, int64_t n, double* acc) {
+  double d2 = 0.0, y2 = 0.0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const double xv = as_double(x, i), yv = as_double(y, i);
+    d2 += isfinite(xv) ? (xv - yv) * (xv - yv) : 1e300;
+    y2 += yv * yv;
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    d2 += __shfl_down_sync(0xffffffffu, d2, o);
+    y2 += __shfl_down_sync(0xffffffffu, y2, o);
+  }
+  if (threadIdx.x % 32 == 0) {
+    atomicAdd(acc, d2);
+    atomicAdd(acc + 1, y2);
+  }
+}
+
+void fill_uniform(const Tensor& t, uint64_t seed) {
+  const int64_t n = t.numel();
+  mt::dispatch_floating(t.dtype(), "fill_uniform", [&](auto tag) {
+    using T0 = typename decltype(tag)::type;
+    using T = std::conditional_t<std::is_same_v<T0, mt::Half>, __half,
+                                 std::conditional_t<std::is_same_v<T0, mt::BFloat16>, __nv_bfloat16, T0>>;
+    if constexpr (!std::is_same_v<T, double>) {
+      fill_uniform_kernel<T><<<1024, 256>>>(static_cast<T*>(t.data_ptr()), n, seed);
+      MT_CUDA_CHECK_LAUNCH("fill_uniform_kernel");
+    }
+  });
+}
+
+/// ||x - y||_F / ||y||_F of two dense device tensors of one dtype.
+double rel_frobenius(const Tensor& x, const Tensor& y) {
+  double* acc = nullptr;
+  MT_CUDA_CHECK(cudaMalloc(&acc, 2 * sizeof(double)), "bench: cudaMalloc");
+  MT_CUDA_CHECK(cudaMemset(acc, 0, 2 * sizeof(double)), "bench: cudaMemset");
+  switch (x.dtype()) {
+    case DType::kF16:
+      diff_kernel<<<1024, 256>>>(static_cast<const __half*>(x.data_ptr()), static_cast<const __half*>(y.data_ptr()),
+                                 x.numel(), acc);
+      break;
+    case DType::kBF16:
+      diff_kernel<<<1024, 256>>>(static_cast<const __nv_bfloat16*>(x.data_ptr()),
+                                 static_cast<const __nv_bfloat16*>(y.data_ptr()), x.numel(), acc);
+      break;
+    default:
+      diff_kernel<<<1024, 256>>>(static_cast<const float*>(x.data_ptr()), static_cast<const float*>(y.data_ptr()),
+                                 x.numel(), acc);
+  }
+  MT_CUDA_CHECK_LAUNCH("diff_kernel");
+  double h[2] = {0.0, 0.0};
+  MT_CUDA_CHECK(cudaMemcpy(h, acc, sizeof(h), cudaMemcpyDeviceToHost), "bench: cudaMemcpy");
+  MT_CUDA_CHECK(cudaFree(acc), "bench: cudaFree");
+  return std::sqrt(h[0]) / std::max(std::sqrt(h[1]), 1e-300);
+}
+
+// ---- timing ------------------------------------------------------------------------------------------------
+
+/// Median milliseconds per launch of `launch` (issued to the legacy default stream).
+template <class F>
+double time_ms(F&& launch) {
+  cudaEvent_t e0, e1;
+  MT_CUDA_CHECK(cudaEventCreate(&e0), "bench: cudaEventCreate");
+  MT_CUDA_CHECK(cudaEventCreate(&e1), "bench: cudaEventCreate");
+  for (int i = 0; i < 3; ++i) launch();  // warm-up: caches, clocks, lazy module loading
+  MT_CUDA_CHECK(cudaEventRecord(e0, 0), "bench: cudaEventRecord");
+  launch();
+  MT_CUDA_CHECK(cudaEventRecord(e1, 0), "bench: cudaEventRecord");
+  MT_CUDA_CHECK(cudaEventSynchronize(e1), "bench: cudaEventSynchronize");
+  float est = 0.0f;
+  MT_CUDA_CHECK(cudaEventElapsedTime(&est, e0, e1), "bench: cudaEventElapsedTime");
+  const int reps = std::clamp(static_cast<int>(std::ceil(0.5 / std::max(est, 1e-4f))), 1, 200);
+  std::vector<double> runs;
+  for (int r = 0; r < 21; ++r) {
+    MT_CUDA_CHECK(cudaEventRecord(e0, 0), "bench: cudaEventRecord");
+    for (int i = 0; i < reps; ++i) launch();
+    MT_CUDA_CHECK(cudaEventRecord(e1, 0), "bench: cudaEventRecord");
+    MT_CUDA_CHECK(cudaEventSynchronize(e1), "bench: cudaEventSynchronize");
+    float ms = 0.0f;
+    MT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1), "bench: cudaEventElapsedTime");
+    runs.push_back(ms / reps);
+  }
+  MT_CUDA_CHECK(cudaGetLastError(), "bench: after timing");
+  MT_CUDA_CHECK(cudaEventDestroy(e0), "bench: cudaEventDestroy");
+  MT_CUDA_CHECK(cudaEventDestroy(e1), "bench: cudaEventDestroy");
+  std::sort(runs.begin(), runs.end());
+  return runs[runs.size() / 2];
+}
+
+// ---- one shape ---------------------------------------------------------------------------------------------
+
+struct Shape3 {
+  const char* what;
+  int64_t m, n, k;
+  bool ta, tb;
+  bool mnist;
+};
+
+struct Row {
+  std::string label;
+  double wmma_f16, cublas_f16, wmma_bf16, cublas_bf16, simt_f32, cublas_f32;  // TFLOP/s
+  bool mnist;
+};
+
+cudaDataType_t cuda_type(DType t) {
+  return t == DType::kF16 ? CUDA_R_16F : t == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/// Operands stored as they lie for the layout: A (m, k) or (k, m), B (k, n) or (n, k).
+struct Problem {
+  Tensor a, b, c_ours, c_ref;
+};
+
+Problem make_problem(const Shape3& s, DType dtype, uint64_t seed) {
+  const auto dev = mt::TensorOptions(dtype).device(mt::Device::cuda());
+  Problem p;
+  p.a = mt::empty(s.ta ? mt::Shape{s.k, s.m} : mt::Shape{s.m, s.k}, dev);
+  p.b = mt::empty(s.tb ? mt::Shape{s.n, s.k} : mt::Shape{s.k, s.n}, dev);
+  p.c_ours = mt::empty({s.m, s.n}, dev);
+  p.c_ref = mt::empty({s.m, s.n}, dev);
+  fill_uniform(p.a, seed);
+  fill_uniform(p.b, seed + 1);
+  return p;
+}
+
+void cublas_gemm(cublasHandle_t h, const Shape3& s, DType dtype, const Tensor& a, const Tensor& b, Tensor& c) {
+  const float one = 1.0f, zero = 0.0f;
+  const int lda = static_cast<int>(s.ta ? s.m : s.k), ldb = static_cast<int>(s.tb ? s.k : s.n);
+  const cublasOperation_t op_b = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
+  if (dtype == DType::kF32) {
+    BENCH_CUBLAS(cublasSgemm(h, op_b, op_a, n, m, k, &one, static_cast<const float*>(b.data_ptr()), ldb,
+                             static_cast<const float*>(a.data_ptr()), lda, &zero, static_cast<float*>(c.data_ptr()), n),
+                 "cublasSgemm");
+  } else {
+    BENCH_CUBLAS(cublasGemmEx(h, op_b, op_a, n, m, k, &one, b.data_ptr(), cuda_type(dtype), ldb, a.data_ptr(),
+                              cuda_type(dtype), lda, &zero, c.data_ptr(), cuda_type(dtype), n, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
+  }
+}
+
+void wmma_gemm(const Shape3& s, DType dtype, const Tensor& a, const Tensor& b, Tensor& c) {
+  kc::gemm_tensor_core(s.m, s.n, s.k, 1, dtype, {a.data_ptr(), s.ta ? s.m : s.k, s.ta, 0},
+                       {b.data_ptr(), s.tb ? s.k : s.n, s.tb, 0}, c.data_ptr(), s.n, 0, dtype, {}, cudaStreamLegacy);
+}
+
+Tensor simt_gemm(const Shape3& s, const Tensor& a, const Tensor& b) {
+  return kc::matmul(s.ta ? a.t() : a, s.tb ? b.t() : b, DType::kF32);
+}
+
+bool g_failed = false;
+
+void check(const char* what, const Shape3& s, DType dtype, double rel, double bound) {
+  if (!(rel <= bound)) {
+    std::printf("  SANITY FAIL %s %s (%lld x %lld x %lld, %s): rel Frobenius %.3g > %.3g\n", what, s.what,
+                static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),
+                mt::dtype_name(dtype), rel, bound);
+    g_failed = true;
+  }
+}
+
+Row run_shape(cublasHandle_t h, const Shape3& s) {
+  Row row{};
+  row.mnist = s.mnist;
+  char label[160];
+  std::snprintf(label, sizeof(label), "%-10s %5lld x %5lld x %5lld %s%s", s.what, static_cast<long long>(s.m),
+                static_cast<long long>(s.n), static_cast<long long>(s.k), s.ta ? "T" : "N", s.tb ? "T" : "N");
+  row.label = label;
+  const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+  auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
+
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    Problem p = make_problem(s, dtype, 17);
+    wmma_gemm(s, dtype, p.a, p.b, p.c_ours);
+    cublas_gemm(h, s, dtype, p.a, p.b, p.c_ref);
+    // Both round the same f32 sums to 16 bits; they differ by the order of the sums and that rounding.
+    check("wmma", s, dtype, rel_frobenius(p.c_ours, p.c_ref), dtype == DType::kF16 ? 2e-3 : 1.6e-2);
+    const double ours = tflops(time_ms([&] { wmma_gemm(s, dtype, p.a, p.b, p.c_ours); }));
+    const double theirs = tflops(time_ms([&] { cublas_gemm(h, s, dtype, p.a, p.b, p.c_ref); }));
+    (dtype == DType::kF16 ? row.wmma_f16 : row.wmma_bf16) = ours;
+    (dtype == DType::kF16 ? row.cublas_f16 : row.cublas_bf16) = theirs;
+  }
+  {
+    Problem p = make_problem(s, DType::kF32, 29);
+    Tensor c = simt_gemm(s, p.a, p.b);
+    cublas_gemm(h, s, DType::kF32, p.a, p.b, p.c_ref);
+    check("simt f32", s, DType::kF32, rel_frobenius(c, p.c_ref), 1e-5);
+    row.simt_f32 = tflops(time_ms([&] { c = simt_gemm(s, p.a, p.b); }));
+    row.cublas_f32 = tflops(time_ms([&] { cublas_gemm(h, s, DType::kF32, p.a, p.b, p.c_ref); }));
+  }
+  const auto tile = kc::gemm_tensor_core_tile(s.m, s.n, 1, DType::kF16,
+                                              {nullptr, s.ta ? s.m : s.k, s.ta, 0}, {nullptr, s.tb ? s.k : s.n, s.tb, 0});
+  std::printf("%s  [%s tile]  wmma f16 %7.1f  cublas f16 %7.1f  (%.2fx) | wmma bf16 %7.1f  cublas bf16 %7.1f  (%.2fx) | "
+              "simt f32 %6.2f  sgemm %6.2f  (%.2fx) | wmma f16 / simt f32 %.1fx\n",
+              row.label.c_str(), tile == kc::GemmTile::kLarge ? "large" : "small", row.wmma_f16, row.cublas_f16,
+              row.wmma_f16 / row.cublas_f16, row.wmma_bf16, row.cublas_bf16, row.wmma_bf16 / row.cublas_bf16,
+              row.simt_f32, row.cublas_f32, row.simt_f32 / row.cublas_f32, row.wmma_f16 / row.simt_f32);
+  std::fflush(stdout);
+  return row;
+}
+
+void target(const char* what, double value, double goal) {
+  std::printf("  %-58s %6.2f  (target >= %.2f)  %s\n", what, value, goal, value >= goal ? "met" : "MISSED");
+}
+
+}  // namespace
+
+int main() {
+  try {
+    if (!mt::cuda::is_available()) {
+      std::printf("bench_gpu_gemm: no CUDA device (%s)\n", mt::cuda::unavailable_reason().c_str());
+      return 0;
+    }
+    const auto props = mt::cuda::device_properties(0);
+    std::printf("bench_gpu_gemm on %s (sm_%d%d, %d SMs); TFLOP/s = 2mnk / median time of 21 runs\n",
+                props.name.c_str(), props.major, props.minor, props.multiprocessor_count);
+    std::printf("\nWMMA instantiations (cudaFuncGetAttributes):\n");
+    for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32})
+      for (const auto& info : kc::gemm_tensor_core_kernels(dtype))
+        std::printf("  %-28s %3d threads %3d registers %6zu B static smem %7zu B dynamic smem %zu B local\n",
+                    info.name.c_str(), info.threads, info.registers, info.static_smem, info.dynamic_smem,
+                    info.local_bytes);
+
+    cublasHandle_t h = nullptr;
+    BENCH_CUBLAS(cublasCreate(&h), "cublasCreate");
+    BENCH_CUBLAS(cublasSetStream(h, cudaStreamLegacy), "cublasSetStream");
+
+    // MNIST MLP, batch 128, Linear(in, out) with W stored (out, in): forward y = x·Wᵀ (NT),
+    // dX = dY·W (NN), dW = dYᵀ·X (TN).
+    std::vector<Shape3> shapes = {
+        {"square", 4096, 4096, 4096, false, false, false}, {"square", 4096, 4096, 4096, false, true, false},
+        {"square", 8192, 8192, 8192, false, false, false}, {"short-k", 4096, 4096, 256, false, false, false},
+    };
+    const int64_t layers[][2] = {{784, 512}, {512, 256}, {256, 10}};
+    for (const auto& l : layers) {
+      shapes.push_back({"mnist fwd", 128, l[1], l[0], false, true, true});
+      shapes.push_back({"mnist dX", 128, l[0], l[1], false, false, true});
+      shapes.push_back({"mnist dW", l[1], l[0], 128, true, false, true});
+    }
+    std::printf("\n%-10s %-23s %s\n", "shape", "m x n x k layout", "TFLOP/s (ratio = mixtape / cuBLAS)");
+    std::vector<Row> rows;
+    for (const auto& s : shapes) rows.push_back(run_shape(h, s));
+    BENCH_CUBLAS(cublasDestroy(h), "cublasDestroy");
+
+    std::printf("\nTargets (issue 5):\n");
+    target("wmma f16 / cublas f16 at 4096^3 NN", rows[0].wmma_f16 / rows[0].cublas_f16, 0.30);
+    target("wmma f16 / cublas f16 at 8192^3 NN", rows[2].wmma_f16 / rows[2].cublas_f16, 0.30);
+    double worst = 1e30;
+    for (const auto& r : rows)
+      if (r.mnist) worst = std::min({worst, r.wmma_f16 / r.cublas_f16, r.wmma_bf16 / r.cublas_bf16});
+    target("worst wmma / cublas over the MNIST shapes (f16 and bf16)", worst, 0.70);
+    target("wmma f16 / mixtape simt f32 at 4096^3 NN", rows[0].wmma_f16 / rows[0].simt_f32, 4.0);
+    if (g_failed) {
+      std::printf("\nbench_gpu_gemm: FAILED sanity checks (see SANITY FAIL above)\n");
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gpu_gemm: %s\n", e.what());
+    return 1;
+  }
+}

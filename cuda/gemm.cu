@@ -1,0 +1,133 @@
+// cuda/gemm.cu — gemm_tensor_core: checks the arguments, picks the tile and the instantiation, launches.
+//
+// The kernels are cuda/gemm_kernel.cuh, instantiated per operand dtype in cuda/gemm_f16.cu,
+// cuda/gemm_bf16.cu and cuda/gemm_tf32.cu; this file is the host side of cuda/gemm.cuh and the
+// process-wide TF32 switch of cuda/runtime.h.
+#include <mixtape/cuda/gemm.cuh>
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+
+#include <cuda_runtime.h>
+
+#include <mixtape/core/error.h>
+#include <mixtape/cuda/check.h>
+#include <mixtape/cuda/gemm_kernel.cuh>
+#include <mixtape/cuda/runtime.h>
+#include <mixtape/cuda/stream.cuh>
+
+namespace mixtape::cuda {
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) noexcept { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() noexcept { return g_allow_tf32.load(std::memory_order_relaxed); }
+
+}  // namespace mixtape::cuda
+
+namespace mixtape::kernels::cuda {
+
+namespace {
+
+constexpr bool is_gemm_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+/// 16-byte cp.async needs every row start of every batch 16-byte aligned.
+bool vector_ok(const GemmOperand& op, int64_t batches, DType dtype) {
+  const int64_t vec = 16 / static_cast<int64_t>(itemsize(dtype));
+  return reinterpret_cast<uintptr_t>(op.ptr) % 16 == 0 && op.ld % vec == 0 &&
+         (batches <= 1 || op.batch_stride % vec == 0);
+}
+
+int current_device() {
+  int device = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&device), "gemm: querying the current device");
+  return device;
+}
+
+bool choose_large(int64_t m, int64_t n, int64_t batches, DType in_dtype, const GemmOperand& a,
+                  const GemmOperand& b) {
+  if (!vector_ok(a, batches, in_dtype) || !vector_ok(b, batches, in_dtype)) return false;
+  // The large tile runs one block per SM: take it when its tiles fill every SM at least once.
+  constexpr int64_t kBM = 128, kBN = 256;  // gemm::LargeTile (the same for every operand type)
+  static_assert(gemm::LargeTile<__half>::BM == kBM && gemm::LargeTile<__half>::BN == kBN &&
+                gemm::LargeTile<float>::BM == kBM && gemm::LargeTile<float>::BN == kBN);
+  const int64_t tiles = (m + kBM - 1) / kBM * ((n + kBN - 1) / kBN) * batches;
+  return tiles >= ::mixtape::cuda::multiprocessor_count(current_device());
+}
+
+}  // namespace
+
+bool gemm_tensor_core_supports(DType in_dtype, DType out_dtype, int device) noexcept {
+  if (!is_gemm_float(in_dtype) || !is_gemm_float(out_dtype)) return false;
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major >= 8;
+}
+
+GemmTile gemm_tensor_core_tile(int64_t m, int64_t n, int64_t batches, DType in_dtype, const GemmOperand& a,
+                               const GemmOperand& b) {
+  return choose_large(m, n, batches, in_dtype, a, b) ? GemmTile::kLarge : GemmTile::kSmall;
+}
+
+void gemm_tensor_core(int64_t m, int64_t n, int64_t k, int64_t batches, DType in_dtype, const GemmOperand& a,
+                      const GemmOperand& b, void* c, int64_t ldc, int64_t c_batch_stride, DType out_dtype,
+                      const GemmEpilogue& epi, cudaStream_t stream, GemmTile tile) {
+  auto shapes = [&] {
+    return detail::str_cat("m ", m, ", n ", n, ", k ", k, ", batches ", batches, ", A ", a.trans ? "(k, m)" : "(m, k)",
+                           " ld ", a.ld, ", B ", b.trans ? "(n, k)" : "(k, n)", " ld ", b.ld, ", ldc ", ldc);
+  };
+  MT_CHECK(is_gemm_float(in_dtype), "gemm_tensor_core: operands must be f16, bf16 or f32 (TF32), got ", in_dtype);
+  MT_CHECK(is_gemm_float(out_dtype), "gemm_tensor_core: output must be f32, f16 or bf16, got ", out_dtype);
+  MT_CHECK(epi.bias == nullptr || is_gemm_float(epi.bias_dtype),
+           "gemm_tensor_core: bias must be f32, f16 or bf16, got ", epi.bias_dtype);
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  MT_CHECK(m >= 0 && n >= 0 && k >= 0 && batches >= 0 && m <= kMax && n <= kMax && k <= kMax && batches <= kMax,
+           "gemm_tensor_core: sizes must lie in [0, 2^31) (", shapes(), ")");
+  if (m == 0 || n == 0 || batches == 0) return;
+  MT_CHECK(c != nullptr, "gemm_tensor_core: null output (", shapes(), ")");
+  MT_CHECK(ldc >= n, "gemm_tensor_core: ldc must be at least n (", shapes(), ")");
+  if (k > 0) {
+    MT_CHECK(a.ptr != nullptr && b.ptr != nullptr, "gemm_tensor_core: null operand (", shapes(), ")");
+    MT_CHECK(a.ld >= (a.trans ? m : k) && b.ld >= (b.trans ? k : n),
+             "gemm_tensor_core: a leading dimension is shorter than its rows (", shapes(), ")");
+  }
+
+  GemmParams p{};
+  p.a = a.ptr, p.b = b.ptr, p.c = c, p.bias = epi.bias;
+  p.lda = a.ld, p.ldb = b.ld, p.ldc = ldc;
+  p.a_batch = a.batch_stride, p.b_batch = b.batch_stride, p.c_batch = c_batch_stride;
+  p.m = static_cast<int>(m), p.n = static_cast<int>(n), p.k = static_cast<int>(k);
+  p.batches = static_cast<int>(batches);
+  p.out_dtype = out_dtype, p.bias_dtype = epi.bias_dtype;
+  p.relu = epi.relu;
+  p.trans_a = a.trans, p.trans_b = b.trans;
+  p.vec_a = k > 0 && vector_ok(a, batches, in_dtype);
+  p.vec_b = k > 0 && vector_ok(b, batches, in_dtype);
+  const bool large = p.vec_a && p.vec_b &&
+                     (tile == GemmTile::kLarge || (tile == GemmTile::kAuto && choose_large(m, n, batches, in_dtype, a, b)));
+  // Tiles along m and n: the small tile has the most (64 × 64).
+  MT_CHECK((m + 63) / 64 * ((n + 63) / 64) <= kMax, "gemm_tensor_core: too many tiles (", shapes(), ")");
+
+  switch (in_dtype) {
+    case DType::kF16: gemm::launch<__half>(p, large, stream); break;
+    case DType::kBF16: gemm::launch<__nv_bfloat16>(p, large, stream); break;
+    default: gemm::launch<float>(p, large, stream); break;
+  }
+}
+
+std::vector<GemmKernelInfo> gemm_tensor_core_kernels(DType in_dtype) {
+  switch (in_dtype) {
+    case DType::kF16: return gemm::kernel_infos<__half>();
+    case DType::kBF16: return gemm::kernel_infos<__nv_bfloat16>();
+    case DType::kF32: return gemm::kernel_infos<float>();
+    default: MT_ERROR("gemm_tensor_core_kernels: operands must be f16, bf16 or f32 (TF32), got ", in_dtype);
+  }
+}
+
+}  // namespace mixtape::kernels::cuda

@@ -1,0 +1,7 @@
+// cuda/gemm_tf32.cu — the tf32 instantiations of the WMMA GEMM (cuda/gemm_kernel.cuh): one file per operand
+// dtype, so that a build compiles the three sets of kernels in parallel.
+#include <mixtape/cuda/gemm_kernel.cuh>
+
+namespace mixtape::kernels::cuda::gemm {
+MT_GEMM_INSTANTIATE(float)
+}  // namespace mixtape::kernels::cuda::gemm

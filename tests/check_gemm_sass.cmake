@@ -1,0 +1,171 @@
+# tests/check_gemm_sass.cmake — the GEMM kernels use the Tensor Cores and keep everything in registers
+# (ctest label cpu: needs nvcc, no GPU).
+#
+# Compiles each GEMM instantiation file (cuda/gemm_f16.cu, gemm_bf16.cu, gemm_tf32.cu) for each
+# architecture with `nvcc -c --resource-usage --keep`, then fails when
+#   - ptxas reports a non-zero stack frame, spill stores or spill loads for any gemm_kernel, or fewer
+#     gemm_kernel entries than expected (8 per file: 2 tiles × 4 layouts);
+#   - with cuobjdump (on PATH or next to nvcc): the SASS of a gemm_kernel has no HMMA instruction, or
+#     touches local memory (LDL/STL);
+#   - without cuobjdump (this toolkit install lacks it): the PTX of a gemm_kernel has no wmma.mma.sync /
+#     mma.sync instruction, and a line says that PTX was checked instead of SASS.
+# A silent fall back to CUDA-core FMAs, or a spill in the inner loop, would otherwise only show up as a
+# slow benchmark on a GPU.
+#
+#   cmake -DNVCC=/usr/local/cuda/bin/nvcc -DSOURCE=cuda/gemm_f16.cu,cuda/gemm_bf16.cu,cuda/gemm_tf32.cu
+#         -DINCLUDES=<build>/include [-DARCHS=sm_80,sm_90] [-DWORK_DIR=<dir>] [-DCUOBJDUMP=<path>]
+#         -P tests/check_gemm_sass.cmake
+cmake_minimum_required(VERSION 3.25)
+
+foreach(_var NVCC SOURCE INCLUDES)
+  if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
+    message(FATAL_ERROR "check_gemm_sass: -D${_var}=... is required")
+  endif()
+endforeach()
+if(NOT DEFINED ARCHS)
+  set(ARCHS sm_90)
+endif()
+if(NOT DEFINED WORK_DIR)
+  set(WORK_DIR "${CMAKE_CURRENT_BINARY_DIR}/check_gemm_sass")
+endif()
+set(_expected_kernels 8)
+string(ASCII 31 _sep)  # splits listings into sections without CMake list pitfalls
+
+string(REPLACE "," ";" _sources "${SOURCE}")
+string(REPLACE "," ";" _includes "${INCLUDES}")
+string(REPLACE "," ";" _archs "${ARCHS}")
+set(_include_flags)
+foreach(_dir IN LISTS _includes)
+  list(APPEND _include_flags "-I${_dir}")
+endforeach()
+
+if(NOT DEFINED CUOBJDUMP OR CUOBJDUMP STREQUAL "")
+  get_filename_component(_nvcc_dir "${NVCC}" DIRECTORY)
+  find_program(CUOBJDUMP cuobjdump HINTS "${_nvcc_dir}" NO_CACHE)
+endif()
+if(CUOBJDUMP)
+  message(STATUS "check_gemm_sass: reading SASS with ${CUOBJDUMP}")
+else()
+  message(NOTICE "check_gemm_sass: cuobjdump not found: checked PTX wmma instructions instead of SASS HMMA")
+endif()
+
+set(_failures "")
+foreach(_arch IN LISTS _archs)
+  foreach(_src IN LISTS _sources)
+    get_filename_component(_name "${_src}" NAME_WE)
+    set(_dir "${WORK_DIR}/${_arch}/${_name}")
+    file(REMOVE_RECURSE "${_dir}")
+    file(MAKE_DIRECTORY "${_dir}")
+    # The library's code-generation flags (CMakeLists.txt); --keep leaves the PTX in the keep dir.
+    execute_process(
+      COMMAND "${NVCC}" -c -arch=${_arch} --resource-usage --keep --keep-dir "${_dir}" -std=c++20
+              --expt-relaxed-constexpr -O3 -DNDEBUG -DMIXTAPE_WITH_CUDA=1 ${_include_flags} -x cu "${_src}"
+              -o "${_dir}/${_name}.o"
+      OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc)
+    if(NOT _rc EQUAL 0)
+      message(FATAL_ERROR "check_gemm_sass: nvcc failed on ${_src} for ${_arch} (exit ${_rc}):\n${_out}${_err}")
+    endif()
+
+    # ---- ptxas: "Function properties for <name>" then "N bytes stack frame, N bytes spill stores, ..."
+    string(REPLACE ";" "," _text "${_out}\n${_err}")
+    string(REPLACE "\n" ";" _lines "${_text}")
+    set(_function "")
+    set(_checked 0)
+    foreach(_line IN LISTS _lines)
+      if(_line MATCHES "Function properties for ([A-Za-z0-9_$.]+)")
+        set(_function "${CMAKE_MATCH_1}")
+      elseif(_line MATCHES "([0-9]+) bytes stack frame, ([0-9]+) bytes spill stores, ([0-9]+) bytes spill loads")
+        # Saved first: the next MATCHES overwrites CMAKE_MATCH_*.
+        set(_report "${CMAKE_MATCH_0}")
+        set(_stack "${CMAKE_MATCH_1}")
+        set(_stores "${CMAKE_MATCH_2}")
+        set(_loads "${CMAKE_MATCH_3}")
+        if(_function MATCHES "gemm_kernel")
+          math(EXPR _checked "${_checked} + 1")
+          if(NOT _stack EQUAL 0 OR NOT _stores EQUAL 0 OR NOT _loads EQUAL 0)
+            string(APPEND _failures "\n  ${_arch} ${_name}: ${_function}: ${_report}")
+          endif()
+        endif()
+        set(_function "")
+      endif()
+    endforeach()
+    if(NOT _checked EQUAL _expected_kernels)
+      string(APPEND _failures "\n  ${_arch} ${_name}: ptxas reported ${_checked} gemm_kernel entries, expected "
+                              "${_expected_kernels} (did the report format change?)")
+    endif()
+
+    # ---- the instructions: SASS when cuobjdump exists, else the PTX nvcc kept.
+    set(_entries 0)
+    if(CUOBJDUMP)
+      execute_process(COMMAND "${CUOBJDUMP}" -sass "${_dir}/${_name}.o"
+                      OUTPUT_VARIABLE _sass ERROR_VARIABLE _sass_err RESULT_VARIABLE _rc)
+      if(NOT _rc EQUAL 0)
+        message(FATAL_ERROR "check_gemm_sass: cuobjdump -sass failed on ${_name}.o (exit ${_rc}):\n${_sass_err}")
+      endif()
+      # Sections start with "Function : <mangled name>".
+      string(REPLACE ";" "," _sass "${_sass}")
+      string(REPLACE "Function : " "${_sep}Function : " _sass "${_sass}")
+      string(REPLACE "${_sep}" ";" _sections "${_sass}")
+      foreach(_section IN LISTS _sections)
+        if(NOT _section MATCHES "^Function : ([A-Za-z0-9_$.]+)")
+          continue()
+        endif()
+        set(_fn "${CMAKE_MATCH_1}")
+        if(NOT _fn MATCHES "gemm_kernel")
+          continue()
+        endif()
+        math(EXPR _entries "${_entries} + 1")
+        if(NOT _section MATCHES "HMMA")
+          string(APPEND _failures "\n  ${_arch} ${_name}: no HMMA instruction in the SASS of ${_fn}")
+        endif()
+        if(_section MATCHES "[^A-Z](LDL|STL)[ .]")
+          string(APPEND _failures "\n  ${_arch} ${_name}: local memory (LDL/STL) in the SASS of ${_fn}")
+        endif()
+      endforeach()
+      set(_what "SASS HMMA")
+    else()
+      file(GLOB _ptx_files "${_dir}/*.ptx")
+      if(NOT _ptx_files)
+        message(FATAL_ERROR "check_gemm_sass: nvcc --keep left no .ptx in ${_dir}")
+      endif()
+      foreach(_ptx IN LISTS _ptx_files)
+        file(READ "${_ptx}" _text)
+        string(REPLACE ";" "," _text "${_text}")
+        string(REPLACE ".entry " "${_sep}.entry " _text "${_text}")
+        string(REPLACE "${_sep}" ";" _sections "${_text}")
+        foreach(_section IN LISTS _sections)
+          if(NOT _section MATCHES "^\\.entry ([A-Za-z0-9_$.]+)")
+            continue()
+          endif()
+          set(_fn "${CMAKE_MATCH_1}")
+          if(NOT _fn MATCHES "gemm_kernel")
+            continue()
+          endif()
+          math(EXPR _entries "${_entries} + 1")
+          if(NOT _section MATCHES "(wmma\\.mma\\.sync|[^.]mma\\.sync)")
+            string(APPEND _failures "\n  ${_arch} ${_name}: no wmma.mma.sync / mma.sync in the PTX of ${_fn}")
+          endif()
+          if(NOT _section MATCHES "cp\\.async\\.cg\\.shared\\.global")
+            string(APPEND _failures "\n  ${_arch} ${_name}: no 16-byte cp.async in the PTX of ${_fn}")
+          endif()
+          if(_section MATCHES "\\.local")
+            string(APPEND _failures "\n  ${_arch} ${_name}: local memory in the PTX of ${_fn}")
+          endif()
+        endforeach()
+      endforeach()
+      set(_what "PTX wmma")
+    endif()
+    if(NOT _entries EQUAL _expected_kernels)
+      string(APPEND _failures "\n  ${_arch} ${_name}: found ${_entries} gemm_kernel functions in the ${_what} "
+                              "listing, expected ${_expected_kernels}")
+    endif()
+    message(STATUS "check_gemm_sass: ${_arch} ${_name}: ${_checked} kernels without spills, ${_entries} with ${_what}")
+  endforeach()
+endforeach()
+
+if(NOT CUOBJDUMP)
+  message(NOTICE "check_gemm_sass: cuobjdump not found: checked PTX wmma instructions instead of SASS HMMA")
+endif()
+if(NOT _failures STREQUAL "")
+  message(FATAL_ERROR "check_gemm_sass: failed:${_failures}")
+endif()
