@@ -11,6 +11,7 @@
 # Steps (default: build test sanitize bench):
 #   build     configure (sm_90 only) and build everything with all cores
 #   test      ctest -L gpu
+#   sass      the GEMM's SASS check (check_gemm_sass) with the cuobjdump the GPU machine has
 #   sanitize  compute-sanitizer memcheck and racecheck on every gpu suite
 #   bench     the GPU benchmarks that exist in the build
 # Logs go to $OUT (or ./gpu_out when OUT is unset); a summary is printed last.
@@ -62,6 +63,13 @@ if has_step test; then
   grep -E "tests passed|Test +#|\*\*\*" "$OUT/ctest_gpu.log" | tee -a "$SUMMARY"
 fi
 
+if has_step sass; then
+  # The GEMM's SASS (HMMA present, no local memory) with the cuobjdump this machine has.
+  (cd "$BUILD" && ctest -R check_gemm_sass -V --timeout 600) >"$OUT/check_gemm_sass.log" 2>&1
+  note "check_gemm_sass: $(grep -E "tests passed|tests failed" "$OUT/check_gemm_sass.log")"
+  grep -iE "HMMA|cuobjdump|LDSM|spill" "$OUT/check_gemm_sass.log" | head -12 | tee -a "$SUMMARY"
+fi
+
 if has_step sanitize; then
   t0=$(date +%s)
   for tool in memcheck racecheck; do
@@ -87,7 +95,7 @@ if has_step bench; then
     name=$(basename "$b")
     timeout 240 "$b" >"$OUT/$name.txt" 2>&1
     note "== $name (rc=$?)"
-    tail -40 "$OUT/$name.txt" | tee -a "$SUMMARY"
+    tail -${BENCH_TAIL:-30} "$OUT/$name.txt" | tee -a "$SUMMARY"
   done
 fi
 note "done $(date -u +%T)"
