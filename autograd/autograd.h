@@ -65,6 +65,7 @@ bool anomaly_enabled();
 struct TraceEntry {
   std::string op;
   DType dtype;
+  std::string kernel;  // the kernel a backend noted for it ("wmma f16"), or empty
 };
 
 /// Records every forward op run on this thread while alive (nested traces
@@ -76,10 +77,11 @@ class PrecisionTrace {
   PrecisionTrace(const PrecisionTrace&) = delete;
   PrecisionTrace& operator=(const PrecisionTrace&) = delete;
   const std::vector<TraceEntry>& entries() const { return m_entries; }
-  /// "linear:f16 relu:f16 cast:f32 cross_entropy:f32"
+  /// "linear:f16 relu:f16 cast:f32 cross_entropy:f32"; a noted kernel follows in brackets:
+  /// "linear:f16[wmma f16]" (CUDA matmuls say which GEMM ran).
   std::string str() const;
   /// Adds an entry here and to every enclosing trace.
-  void record(const char* op, DType dtype);
+  void record(const char* op, DType dtype, const char* kernel = nullptr);
 
  private:
   std::vector<TraceEntry> m_entries;

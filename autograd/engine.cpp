@@ -125,13 +125,16 @@ DetectAnomaly::~DetectAnomaly() { detail::state().anomaly = m_prev; }
 
 PrecisionTrace::PrecisionTrace() : m_prev(detail::state().trace) { detail::state().trace = this; }
 PrecisionTrace::~PrecisionTrace() { detail::state().trace = m_prev; }
-void PrecisionTrace::record(const char* op, DType dtype) {
-  m_entries.push_back({op, dtype});
-  if (m_prev) m_prev->record(op, dtype);
+void PrecisionTrace::record(const char* op, DType dtype, const char* kernel) {
+  m_entries.push_back({op, dtype, kernel ? kernel : ""});
+  if (m_prev) m_prev->record(op, dtype, kernel);
 }
 std::string PrecisionTrace::str() const {
   std::ostringstream os;
-  for (size_t i = 0; i < m_entries.size(); ++i) os << (i ? " " : "") << m_entries[i].op << ':' << m_entries[i].dtype;
+  for (size_t i = 0; i < m_entries.size(); ++i) {
+    os << (i ? " " : "") << m_entries[i].op << ':' << m_entries[i].dtype;
+    if (!m_entries[i].kernel.empty()) os << '[' << m_entries[i].kernel << ']';
+  }
   return os.str();
 }
 

@@ -18,6 +18,7 @@
 #include <mixtape/autograd/node.h>
 #include <mixtape/autograd/precision.h>
 #include <mixtape/autograd/registry.h>
+#include <mixtape/core/kernel_table.h>
 
 namespace mixtape::autograd {
 
@@ -164,7 +165,8 @@ Tensor apply(const Args&... args) {
                cast_args);
   }
 
-  // 3. The forward, recording nothing itself.
+  // 3. The forward, recording nothing itself. A kernel it notes (kernels::note_kernel) goes into the trace.
+  if (st.trace && !nested) kernels::take_noted_kernel();
   Tensor out;
   {
     detail::ForwardScope no_record;
@@ -172,7 +174,7 @@ Tensor apply(const Args&... args) {
   }
 
   // 4. Trace, anomaly, the node.
-  if (st.trace && !nested) st.trace->record(Op::kName, out.dtype());
+  if (st.trace && !nested) st.trace->record(Op::kName, out.dtype(), kernels::take_noted_kernel());
   if (st.anomaly && !nested) detail::check_finite(out, Op::kName, "forward", "output");
   if (node) detail::record(node, out);
   return out;

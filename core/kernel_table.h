@@ -68,6 +68,8 @@ struct DeviceKernels {
   /// dims wrapped, sorted, unique (every dim for a full reduction); result in out_dtype.
   Tensor (*reduce)(ReduceOp, const Tensor& x, std::span<const int64_t> dims, bool keepdim, DType out_dtype) = nullptr;
   Tensor (*matmul)(const Tensor& a, const Tensor& b, DType out_dtype) = nullptr;
+  /// a (m, k) · b (k, n) + bias (n), accumulated and biased in f32 (f64 for f64) and rounded once.
+  Tensor (*addmm)(const Tensor& bias, const Tensor& a, const Tensor& b, DType out_dtype) = nullptr;
   // softmax, losses, normalisation
   Tensor (*softmax)(const Tensor& x, int64_t dim, bool log, DType out_dtype) = nullptr;
   Tensor (*softmax_backward)(const Tensor& dy, const Tensor& y, int64_t dim, bool log) = nullptr;
@@ -94,5 +96,11 @@ struct DeviceKernels {
 const DeviceKernels& cpu_kernels();
 /// The CUDA table: defined by cuda/ in builds with CUDA, never referenced otherwise.
 const DeviceKernels& cuda_kernels();
+
+/// Names the kernel a backend chose for the op running on this thread ("wmma f16", "simt f32"; a string
+/// literal), for autograd::PrecisionTrace, which takes it (and clears it) after each traced op.
+void note_kernel(const char* name) noexcept;
+/// The last noted kernel name since the previous call, or nullptr; clears it.
+const char* take_noted_kernel() noexcept;
 
 }  // namespace mixtape::kernels

@@ -32,6 +32,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor reduce(ReduceOp op, const Tensor& x, std::span<const int64_t> dims, bool keepdim, DType out_dtype);
 /// torch.matmul; f16/bf16 accumulate in f32, f64 in f64 (cuda/matmul.cu).
 Tensor matmul(const Tensor& a, const Tensor& b, DType out_dtype);
+/// a (m, k) · b (k, n) + bias (n); the bias is the Tensor Core GEMM's epilogue (cuda/matmul.cu).
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, DType out_dtype);
 
 }  // namespace mixtape::kernels::cuda
 

@@ -1,6 +1,13 @@
-// cuda/matmul.cu — torch.matmul on the GPU: a tiled SIMT GEMM, the correct placeholder for the WMMA kernel.
+// cuda/matmul.cu — torch.matmul and addmm on the GPU: the Tensor Core GEMM where it applies, a tiled SIMT
+// GEMM everywhere else.
 //
-// The one design idea: read the operands as they lie. Each operand is a
+// f16 and bf16 operands (and f32 ones when TF32 is allowed, mixtape::cuda::set_allow_tf32) whose matrices
+// are row-major or transposed views run on cuda/gemm.cu's WMMA kernels: the innermost coalesced batch dim is
+// the GEMM's batch, a transposed weight is read as it lies (NT/TN layouts), and addmm's bias is the GEMM's
+// epilogue. The precision trace names the kernel (kernels::note_kernel: "wmma f16", "simt f32").
+//
+// The SIMT kernel below takes everything else (f64, f32 without TF32, strided slices). Its one design idea:
+// read the operands as they lie. Each operand is a
 // (batch..., rows, cols) view with arbitrary element strides, so a transposed
 // weight (`w.t()`), a sliced or a broadcast batch (stride 0) is read in place,
 // never copied; the kernel widens each element to the accumulator type as it
@@ -11,11 +18,12 @@
 // outside the matrix), so any M, N, K works, K = 0 included (C = 0).
 // Numerics as on the CPU: f16/bf16 and f32 accumulate in f32, f64 in f64, and
 // each output rounds once to out_dtype. C is freshly allocated and overwritten.
-// Performance is deliberately modest; the Tensor Core GEMM replaces this kernel.
+// It is the f32 path outside autocast: about a third of cuBLAS's SGEMM on an H100 (bench/RESULTS.md).
 #include <mixtape/cuda/elementwise.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 
 #include <cuda_runtime.h>
@@ -25,6 +33,9 @@
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/check.h>
+#include <mixtape/cuda/gemm.cuh>
+#include <mixtape/cuda/runtime.h>
+#include <mixtape/ops/kernels.h>
 
 namespace mixtape::kernels::cuda {
 
@@ -124,6 +135,29 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_kernel(const T* __restrict
   }
 }
 
+/// Whether a product of `in` operands giving `out` runs on the Tensor Cores (cuda/gemm.cu): f16 and bf16
+/// always, f32 when TF32 is allowed (mixtape::cuda::set_allow_tf32), on devices of compute capability 8.0+.
+bool use_tensor_cores(DType in, DType out, Device device) {
+  const bool dtype_ok = is_reduced_float(in) || (in == DType::kF32 && ::mixtape::cuda::allow_tf32());
+  return dtype_ok && out != DType::kF64 && gemm_tensor_core_supports(in, out, device.index);
+}
+
+/// The kernel name the precision trace shows for a product of `in` operands.
+const char* gemm_kernel_name(DType in, bool tensor_cores) {
+  if (!tensor_cores) return in == DType::kF64 ? "simt f64" : "simt f32";
+  return in == DType::kF16 ? "wmma f16" : in == DType::kBF16 ? "wmma bf16" : "wmma tf32";
+}
+
+/// A (rows, cols) matrix with element strides (row, col) as the Tensor Core GEMM reads it: row-major (unit
+/// column stride) or transposed (unit row stride); a dim of size 1 may have any stride. Nothing when neither
+/// (a strided slice, overlapping strides): the SIMT kernel reads those.
+std::optional<GemmOperand> gemm_operand(const void* ptr, int64_t rows, int64_t cols, int64_t row_stride,
+                                        int64_t col_stride) {
+  if ((col_stride == 1 || cols == 1) && (rows == 1 || row_stride >= cols)) return GemmOperand{ptr, rows == 1 ? cols : row_stride, false, 0};
+  if ((row_stride == 1 || rows == 1) && (cols == 1 || col_stride >= rows)) return GemmOperand{ptr, cols == 1 ? rows : col_stride, true, 0};
+  return std::nullopt;
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, DType out_dtype) {
@@ -171,6 +205,34 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, DType out_dtype) {
   p.tiles = (m + kTileM - 1) / kTileM * p.tiles_n;
 
   DeviceGuard guard(device);
+  const std::optional<GemmOperand> ga = gemm_operand(ae.data_ptr(), m, k, p.a_row, p.a_col);
+  const std::optional<GemmOperand> gb = gemm_operand(be.data_ptr(), k, n, p.b_row, p.b_col);
+  const bool tensor_cores = use_tensor_cores(a.dtype(), out_dtype, device) && ga && gb;
+  kernels::note_kernel(gemm_kernel_name(a.dtype(), tensor_cores));
+  if (tensor_cores) {
+    // The innermost coalesced batch dim is the GEMM's batch (its strides are the operands' batch strides); the
+    // outer ones, if any are left after coalescing, are walked here, one launch each.
+    const int last = L.ndim - 1;
+    const int64_t inner = L.sizes[last], outer = L.numel / std::max<int64_t>(inner, 1);
+    const size_t in_size = a.itemsize(), out_size = c.itemsize();
+    for (int64_t o = 0; o < outer; ++o) {
+      int64_t rest = o, a_off = 0, b_off = 0;
+      for (int d = last - 1; d >= 0; --d) {
+        const int64_t i = rest % L.sizes[d];
+        rest /= L.sizes[d];
+        a_off += i * p.a_batch[d];
+        b_off += i * p.b_batch[d];
+      }
+      GemmOperand oa = *ga, ob = *gb;
+      oa.ptr = static_cast<const char*>(ga->ptr) + a_off * static_cast<int64_t>(in_size);
+      ob.ptr = static_cast<const char*>(gb->ptr) + b_off * static_cast<int64_t>(in_size);
+      oa.batch_stride = p.a_batch[last];
+      ob.batch_stride = p.b_batch[last];
+      void* c_ptr = static_cast<char*>(c.data_ptr()) + o * inner * m * n * static_cast<int64_t>(out_size);
+      gemm_tensor_core(m, n, k, inner, a.dtype(), oa, ob, c_ptr, n, m * n, out_dtype, GemmEpilogue{}, launch_stream());
+    }
+    return raw::view(c, result_shape);
+  }
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(p.tiles, 1 << 20)),
                   static_cast<unsigned>(std::min<int64_t>(p.batches, 65535)));
   dispatch_floating(a.dtype(), "matmul", [&](auto in_tag) {
@@ -186,6 +248,32 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, DType out_dtype) {
     });
   });
   return raw::view(c, result_shape);
+}
+
+}  // namespace mixtape::kernels::cuda
+
+namespace mixtape::kernels::cuda {
+
+Tensor addmm(const Tensor& bias_in, const Tensor& a, const Tensor& b, DType out_dtype) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  const Device device = a.device();
+  DeviceGuard guard(device);
+  const std::optional<GemmOperand> ga = gemm_operand(a.data_ptr(), m, k, a.stride(0), a.stride(1));
+  const std::optional<GemmOperand> gb = gemm_operand(b.data_ptr(), k, n, b.stride(0), b.stride(1));
+  if (use_tensor_cores(a.dtype(), out_dtype, device) && ga && gb) {
+    // The bias is the GEMM's epilogue: added to the f32 accumulator before the one rounding.
+    Tensor c = mixtape::empty({m, n}, TensorOptions(out_dtype).device(device));
+    if (c.numel() == 0) return c;
+    const Tensor bias = raw::contiguous(bias_in);
+    kernels::note_kernel(gemm_kernel_name(a.dtype(), true));
+    gemm_tensor_core(m, n, k, 1, a.dtype(), *ga, *gb, c.data_ptr(), n, 0, out_dtype,
+                     GemmEpilogue{bias.data_ptr(), bias.dtype(), false}, launch_stream());
+    return c;
+  }
+  // Elsewhere as on the CPU: the product in f32 (f64), the bias added there, one rounding.
+  const DType acc = a.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  const Tensor y = cuda::binary(BinaryOp::kAdd, cuda::matmul(a, b, acc), raw::to(bias_in, acc));
+  return y.dtype() == out_dtype ? y : raw::to(y, out_dtype);
 }
 
 }  // namespace mixtape::kernels::cuda

@@ -18,6 +18,7 @@ const DeviceKernels& cuda_kernels() {
       .where = cuda::where,
       .reduce = cuda::reduce,
       .matmul = cuda::matmul,
+      .addmm = cuda::addmm,
       .softmax = cuda::softmax,
       .softmax_backward = cuda::softmax_backward,
       .gather = cuda::gather,

@@ -258,4 +258,21 @@ Tensor matmul(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) 
   return kernel_for(a.device(), &DeviceKernels::matmul, "matmul")(a, b, out);
 }
 
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) {
+  check_defined(bias, "addmm", "bias");
+  check_defined(a, "addmm", "a");
+  check_defined(b, "addmm", "b");
+  check_same_device_and_dtype("addmm", a, b);
+  check_same_device_and_dtype("addmm", a, bias);
+  MT_CHECK(is_floating(a.dtype()), "addmm: expected floating tensors (f64, f32, f16, bf16), got ", a.dtype(),
+           " (shapes ", a.shape(), " and ", b.shape(), ")");
+  MT_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "addmm: expected a (m, k) and b (k, n), got shapes ",
+           a.shape(), " and ", b.shape());
+  MT_CHECK(bias.dim() == 1 && bias.size(0) == b.size(1), "addmm: expected bias of shape [", b.size(1),
+           "] for a ", a.shape(), " · b ", b.shape(), ", got ", bias.shape());
+  const DType out = out_dtype.value_or(a.dtype());
+  MT_CHECK(is_floating(out), "addmm: out_dtype must be floating, got ", out);
+  return kernel_for(a.device(), &DeviceKernels::addmm, "addmm")(bias, a, b, out);
+}
+
 }  // namespace mixtape::kernels

@@ -51,6 +51,9 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::span<const int64_t> dims, bool 
 /// (f32 output of f16 inputs), else the inputs' dtype. Transposed views are
 /// read in place, never copied.
 Tensor matmul(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype = std::nullopt);
+/// a (m, k) · b (k, n) + bias (n), all of one floating dtype and device: the sum is formed in f32 (f64) and
+/// rounded once to out_dtype (default: a's). On CUDA the bias is the GEMM's epilogue.
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, std::optional<DType> out_dtype = std::nullopt);
 
 // ---- softmax, losses and normalisation (ops/cpu/nn.cpp) --------------------------------
 // Statistics (max, sum of exponentials, mean, variance) are computed in f32 for

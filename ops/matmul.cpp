@@ -107,10 +107,7 @@ struct Linear {
     if (!bias.defined()) {
       y = kernels::matmul(fold_rows(x), wt);
     } else {
-      // The bias is added in f32 before the one rounding of f16/bf16 outputs.
-      const DType acc = ops::opmath_dtype(x.dtype());
-      y = kernels::binary(kernels::BinaryOp::kAdd, kernels::matmul(fold_rows(x), wt, acc), raw::to(bias, acc));
-      y = raw::to(y, x.dtype());
+      y = kernels::addmm(bias, fold_rows(x), wt);  // the bias is added in f32 before the one rounding
     }
     Shape out_shape = x.shape();
     out_shape[out_shape.size() - 1] = weight.size(0);

@@ -29,5 +29,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor reduce(ReduceOp op, const Tensor& x, std::span<const int64_t> dims, bool keepdim, DType out_dtype);
 /// torch.matmul of floating a and b (same dtype, shapes already checked), result in `out_dtype`.
 Tensor matmul(const Tensor& a, const Tensor& b, DType out_dtype);
+/// a (m, k) · b (k, n) + bias (n) in f32 (f64), rounded once to out_dtype.
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, DType out_dtype);
 
 }  // namespace mixtape::kernels::cpu

@@ -155,6 +155,12 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, DType out_dtype) {
   return raw::view(c, result_shape);
 }
 
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, DType out_dtype) {
+  const DType acc = a.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  const Tensor y = cpu::binary(BinaryOp::kAdd, cpu::matmul(a, b, acc), raw::to(bias, acc));
+  return y.dtype() == out_dtype ? y : raw::to(y, out_dtype);  // the one rounding
+}
+
 Tensor matmul_naive(const Tensor& a, const Tensor& b) {
   MT_CHECK(a.defined() && b.defined(), "matmul_naive: an argument is an undefined tensor");
   MT_CHECK(a.device().is_cpu() && b.device().is_cpu(), "matmul_naive: expects CPU tensors, got ", a.device(),

@@ -13,6 +13,7 @@ const DeviceKernels& cpu_kernels() {
       .where = &cpu::where,
       .reduce = &cpu::reduce,
       .matmul = &cpu::matmul,
+      .addmm = &cpu::addmm,
       .softmax = &cpu::softmax,
       .softmax_backward = &cpu::softmax_backward,
       .gather = &cpu::gather,
