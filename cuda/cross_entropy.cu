@@ -183,6 +183,8 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_bwd_kernel(const T* __re
                                                                    Consts<opmath_t<T>> k, bool vec) {
   using Acc = opmath_t<T>;
   constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
+  // f64's exp keeps a call to its slow path: ptxas spills around it unrolled 4 times (check_cuda_resources).
+  constexpr int kBwdUnroll = std::is_same_v<T, double> ? 2 : 4;
   const int t = static_cast<int>(threadIdx.x) % kPerRow;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
@@ -207,7 +209,7 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_bwd_kernel(const T* __re
     if (vec) {
       const auto* xv = reinterpret_cast<const Pack<T, V>*>(xr);
       auto* dv = reinterpret_cast<Pack<T, V>*>(dr);
-#pragma unroll 4
+#pragma unroll kBwdUnroll
       for (int i = t; i < C / V; i += kPerRow) {
         const Pack<T, V> p = xv[i];
         Pack<T, V> q;
