@@ -18,12 +18,11 @@
 //                         bwd  logits, target, dloss → dlogits         2·E·b + 8·rows + b
 //
 // The kernels are called through ops/kernels.h (validated, then the device's
-// kernel table), never through the tape. cross_entropy has no kernel of its
-// own: it is the sequence of kernels ops/loss.cpp issues (log_softmax into
-// f32, gather, reductions; exp, scatter_add, add, mul in the backward),
-// replayed here and checked once against mt::cross_entropy and its autograd
-// gradient. Its backward starts, as mixtape's does, from the f32 log-softmax
-// saved by the forward.
+// kernel table), never through the tape. cross_entropy is the sequence of
+// kernels ops/loss.cpp issues for (N, C) logits (the fused cross_entropy
+// kernel, then the count of counted rows and the mean; in the backward the
+// row scale dy / count and the fused cross_entropy_backward), replayed here
+// and checked once against mt::cross_entropy and its autograd gradient.
 //
 // Timing: CUDA events on the current stream (the one the kernels launch on),
 // warm-up, then the median of kRuns runs queued back to back (so host time
@@ -131,40 +130,32 @@ constexpr int64_t kIgnoreIndex = -100;
 Tensor scalar_on_device(double v, DType dtype) { return mt::scalar_tensor(v, mt::TensorOptions(dtype).device(kDev)); }
 
 struct CrossEntropySaved {
-  Tensor loss;   // 0-d, the logits' dtype
-  Tensor lsm;    // (N, C) f32 log-softmax
-  Tensor valid;  // (N) bool: target != ignore_index
-  Tensor index;  // (N, 1) i64
-  Tensor count;  // 0-d f32: rows counted by the mean
+  Tensor loss;    // 0-d, the logits' dtype
+  Tensor logits;  // (N, C)
+  Tensor target;  // (N) i64
+  Tensor lse;     // (N) f32 log-sum-exp per row
+  Tensor count;   // 0-d f32: rows counted by the mean
 };
 
 /// CrossEntropy::forward of ops/loss.cpp for logits (N, C) and target (N), without the tape.
 CrossEntropySaved cross_entropy_forward(const Tensor& logits, const Tensor& target) {
   const DType A = DType::kF32;
   CrossEntropySaved s;
-  s.valid = mk::binary(mk::BinaryOp::kNe, target, scalar_on_device(kIgnoreIndex, DType::kI64));
-  s.index = mt::raw::unsqueeze(mk::where(s.valid, target, scalar_on_device(0, DType::kI64)), 1);
-  s.count = mk::reduce(mk::ReduceOp::kSum, s.valid, {}, false, A);
-  s.lsm = mk::softmax(logits, 1, /*log=*/true, A);
-  Tensor term = mt::raw::squeeze(mk::gather(s.lsm, 1, s.index), 1);
-  term = mk::scalar(mk::ScalarOp::kMul, term, 1.0);  // the (1 − ε) factor: ops/loss.cpp launches it for ε = 0 too
-  const Tensor per_row = mk::where(s.valid, mk::unary(mk::UnaryOp::kNeg, term), scalar_on_device(0, A));
-  const Tensor loss = mk::binary(mk::BinaryOp::kDiv, mk::reduce(mk::ReduceOp::kSum, per_row, {}, false), s.count);
+  const mk::CrossEntropyResult r = mk::cross_entropy(logits, target, kIgnoreIndex, 0.0);
+  const Tensor valid = mk::binary(mk::BinaryOp::kNe, target, scalar_on_device(kIgnoreIndex, DType::kI64));
+  s.count = mk::reduce(mk::ReduceOp::kSum, valid, {}, false, A);
+  const Tensor loss = mk::binary(mk::BinaryOp::kDiv, mk::reduce(mk::ReduceOp::kSum, r.loss, {}, false), s.count);
   s.loss = mt::raw::to(loss, logits.dtype());
+  s.logits = logits;
+  s.target = target;
+  s.lse = r.lse;
   return s;
 }
 
-/// CrossEntropy::backward of ops/loss.cpp: dlogits (N, C) in `input_dtype` from dloss (0-d).
-Tensor cross_entropy_backward(const CrossEntropySaved& s, const Tensor& dloss, DType input_dtype) {
-  const DType A = s.lsm.dtype();
-  Tensor g = mk::unary(mk::UnaryOp::kExp, s.lsm);
-  const Tensor hot = mt::full(s.index.shape(), -1.0, mt::TensorOptions(A).device(kDev));
-  g = mk::binary(mk::BinaryOp::kAdd, g, mk::scatter_add(s.lsm.shape(), 1, s.index, hot));
-  Tensor w = mt::raw::to(dloss, A);
-  w = mk::binary(mk::BinaryOp::kDiv, w, s.count);
-  w = mk::where(s.valid, w, scalar_on_device(0, A));
-  const Tensor dx = mk::binary(mk::BinaryOp::kMul, g, mt::raw::unsqueeze(w, 1));
-  return mt::raw::to(dx, input_dtype);
+/// CrossEntropy::backward of ops/loss.cpp: dlogits (N, C) in the logits' dtype from dloss (0-d).
+Tensor cross_entropy_backward(const CrossEntropySaved& s, const Tensor& dloss) {
+  const Tensor w = mk::binary(mk::BinaryOp::kDiv, mt::raw::to(dloss, s.lse.dtype()), s.count);
+  return mk::cross_entropy_backward(s.logits, s.target, s.lse, w, kIgnoreIndex, 0.0);
 }
 
 /// Whether the replay above gives mt::cross_entropy's loss and gradient (the same kernels: equal bits); a line
@@ -174,7 +165,7 @@ std::string check_cross_entropy_replay(const Tensor& logits, const Tensor& targe
   const Tensor loss = mt::cross_entropy(leaf, target);
   loss.backward();
   const CrossEntropySaved s = cross_entropy_forward(logits, target);
-  const Tensor dx = cross_entropy_backward(s, mt::ones_like(s.loss), logits.dtype());
+  const Tensor dx = cross_entropy_backward(s, mt::ones_like(s.loss));
   const float a = mt::raw::to(loss, DType::kF32).item<float>(), b = mt::raw::to(s.loss, DType::kF32).item<float>();
   const Tensor diff = mk::binary(mk::BinaryOp::kSub, mt::raw::to(leaf.grad(), DType::kF32), mt::raw::to(dx, DType::kF32));
   const float max_diff = mk::reduce(mk::ReduceOp::kMax, mk::unary(mk::UnaryOp::kAbs, diff), {}, false).item<float>();
@@ -312,7 +303,7 @@ int main() {
           const CrossEntropySaved s = cross_entropy_forward(x, target);
           const Tensor dloss = mt::ones_like(s.loss);
           measure("cross_entropy", dt, C, "bwd", 2 * e * b + 8 * n + b,
-                  [&] { return cross_entropy_backward(s, dloss, dt); });
+                  [&] { return cross_entropy_backward(s, dloss); });
         }
       } catch (const std::exception& ex) {  // inputs or a check outside `measure`
         results.push_back({"(setup)", dt, C, "-", 0, 0, ex.what()});

@@ -53,6 +53,10 @@ struct LayerNormResult {
 struct LayerNormGrads {
   Tensor dx, dweight, dbias;  // dweight/dbias undefined when weight/bias are
 };
+/// The fused cross-entropy forward: per-row loss and log-sum-exp, (rows) each in f32 (f64 for f64 logits).
+struct CrossEntropyResult {
+  Tensor loss, lse;
+};
 struct MaxPoolResult {
   Tensor y, indices;
 };
@@ -79,6 +83,10 @@ struct DeviceKernels {
                                 double eps) = nullptr;
   LayerNormGrads (*layer_norm_backward)(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                         const Tensor& weight, bool bias_defined) = nullptr;
+  CrossEntropyResult (*cross_entropy)(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                      double label_smoothing) = nullptr;
+  Tensor (*cross_entropy_backward)(const Tensor& logits, const Tensor& target, const Tensor& lse,
+                                   const Tensor& row_scale, int64_t ignore_index, double label_smoothing) = nullptr;
   // convolution, pooling, dropout, indexing
   Tensor (*im2col)(const Tensor& x, const Window2d& w) = nullptr;
   Tensor (*col2im)(const Tensor& cols, const Shape& input_shape, const Window2d& w) = nullptr;

@@ -29,6 +29,12 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim, bool log
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src);
 
+// cuda/cross_entropy.cu (a target out of [0, C) that is not ignore_index: NaN loss and NaN dlogits for its row)
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                 double label_smoothing);
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& row_scale,
+                              int64_t ignore_index, double label_smoothing);
+
 // cuda/layer_norm.cu
 LayerNormResult layer_norm(const Tensor& x, int64_t normalized_numel, const Tensor& weight, const Tensor& bias,
                            double eps);

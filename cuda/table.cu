@@ -25,6 +25,8 @@ const DeviceKernels& cuda_kernels() {
       .scatter_add = cuda::scatter_add,
       .layer_norm = cuda::layer_norm,
       .layer_norm_backward = cuda::layer_norm_backward,
+      .cross_entropy = cuda::cross_entropy,
+      .cross_entropy_backward = cuda::cross_entropy_backward,
       .im2col = cuda::im2col,
       .col2im = cuda::col2im,
       .max_pool2d = cuda::max_pool2d,

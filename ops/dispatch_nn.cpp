@@ -1,4 +1,4 @@
-// ops/dispatch_nn.cpp — the public softmax, gather/scatter_add and layer-norm
+// ops/dispatch_nn.cpp — the public softmax, gather/scatter_add, cross-entropy and layer-norm
 // kernels of ops/kernels.h: validate, then run on the tensor's device.
 //
 // The same split as ops/dispatch.cpp: every rule a backend must not decide
@@ -92,6 +92,57 @@ Tensor scatter_add(const Shape& shape, int64_t dim_in, const Tensor& index, cons
   const int64_t dim = wrap_dim(dim_in, shape.size(), "scatter_add", shape);
   check_index_shape("scatter_add", shape, "the output", dim, index);
   return kernel_for(src.device(), &DeviceKernels::scatter_add, "scatter_add")(shape, dim, index, src);
+}
+
+// ---- fused cross-entropy ----------------------------------------------------------------
+
+namespace {
+
+/// logits (rows, C) floating, target (rows) kI64 on its device, label_smoothing in [0, 1].
+void check_cross_entropy_args(const char* op, const Tensor& logits, const Tensor& target, double label_smoothing) {
+  check_defined(logits, op, "logits");
+  check_defined(target, op, "target");
+  check_floating(logits, op, "logits");
+  MT_CHECK(logits.dim() == 2, op, ": expected logits of shape (rows, C), got shape ", logits.shape());
+  MT_CHECK(target.dtype() == DType::kI64, op, ": target must hold class indices as i64, got ", target.dtype(),
+           " (shape ", target.shape(), ")");
+  MT_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), op, ": target of shape ", target.shape(),
+           " does not match logits of shape ", logits.shape(), " (expected (", logits.size(0), "))");
+  check_same_device(op, logits, "logits", target, "target");
+  MT_CHECK(label_smoothing >= 0 && label_smoothing <= 1, op, ": label_smoothing must be in [0, 1], got ",
+           label_smoothing);
+}
+
+/// A per-row statistic of logits: the accumulator dtype, `rows` elements (or one, when `broadcast`), same device.
+void check_row_stat(const char* op, const Tensor& t, const char* name, const Tensor& logits, bool broadcast) {
+  check_defined(t, op, name);
+  check_same_device(op, logits, "logits", t, name);
+  const DType A = logits.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  MT_CHECK(t.dtype() == A, op, ": ", name, " of ", logits.dtype(), " logits must be ", A, ", got ", t.dtype(),
+           " (shape ", t.shape(), ")");
+  const int64_t rows = logits.size(0);
+  const bool ok = (t.dim() == 1 && t.size(0) == rows) || (broadcast && t.dim() <= 1 && t.numel() == 1);
+  MT_CHECK(ok, op, ": ", name, " of shape ", t.shape(), " must hold one value per row of logits (shape ",
+           logits.shape(), "): expected shape (", rows, ")", broadcast ? " or a single value" : "");
+}
+
+}  // namespace
+
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                 double label_smoothing) {
+  check_cross_entropy_args("cross_entropy", logits, target, label_smoothing);
+  return kernel_for(logits.device(), &DeviceKernels::cross_entropy, "cross_entropy")(logits, target, ignore_index,
+                                                                                     label_smoothing);
+}
+
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& row_scale,
+                              int64_t ignore_index, double label_smoothing) {
+  const char* op = "cross_entropy_backward";
+  check_cross_entropy_args(op, logits, target, label_smoothing);
+  check_row_stat(op, lse, "lse", logits, /*broadcast=*/false);
+  check_row_stat(op, row_scale, "row_scale", logits, /*broadcast=*/true);
+  return kernel_for(logits.device(), &DeviceKernels::cross_entropy_backward, op)(logits, target, lse, row_scale,
+                                                                                 ignore_index, label_smoothing);
 }
 
 // ---- layer norm ------------------------------------------------------------------------

@@ -70,6 +70,21 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 /// zeros(shape) with src added at index along `dim` (the gradient of gather).
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src);
 
+/// Fused cross-entropy of logits (rows, C) and class targets (rows, kI64), every row in one pass:
+/// per-row loss −[(1 − ε)·log p[t] + (ε/C)·Σ_c log p_c] (0 on rows whose target is ignore_index) and
+/// per-row log-sum-exp (saved for the backward), both (rows) in f32 (f64 for f64 logits), with
+/// ε = label_smoothing in [0, 1]. A target outside [0, C) that is not ignore_index throws on the CPU;
+/// on CUDA (where checking would need a synchronisation) its row's loss is NaN.
+///   auto [loss, lse] = kernels::cross_entropy(logits, target, -100, 0.0);
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                 double label_smoothing);
+/// dlogits (logits' shape and dtype) = (exp(x − lse) − (1 − ε)·[c == t] − ε/C) · row_scale, rounded once;
+/// row_scale (acc dtype as lse) holds d loss / d per-row loss: (rows) values, or one value for every row.
+/// Rows whose target is ignore_index get 0 whatever their scale; an out-of-range target throws on the CPU
+/// and gives a NaN row on CUDA.
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& row_scale,
+                              int64_t ignore_index, double label_smoothing);
+
 /// Layer norm over the trailing `normalized_numel` elements of each row. Returns
 /// y (x's dtype), and per-row mean and rstd (f32, or f64 for f64 input) for the backward.
 LayerNormResult layer_norm(const Tensor& x, int64_t normalized_numel, const Tensor& weight, const Tensor& bias,

@@ -1,11 +1,17 @@
 // ops/loss.cpp — cross_entropy, nll_loss and mse_loss: forward, backward and precision category.
 //
 // The one design idea: a loss is one node, whatever it is made of. The
-// forward composes kernels (fused log_softmax, gather, reductions) in an
-// accumulator dtype A — f32, or f64 for f64 inputs — and rounds the loss
-// once to the input's dtype; the backward is the closed form (softmax minus
-// the smoothed one-hot, times the reduction's scale) rather than the tape of
-// the pieces. So f16 logits passed outside autocast still get f32 statistics.
+// forward computes per-row losses in an accumulator dtype A — f32, or f64
+// for f64 inputs — and rounds the loss once to the input's dtype; the
+// backward is the closed form (softmax minus the smoothed one-hot, times the
+// reduction's scale) rather than the tape of the pieces. So f16 logits
+// passed outside autocast still get f32 statistics.
+//
+// cross_entropy with the class dim last ((N, C) or (C) logits) runs the fused
+// kernels (kernels::cross_entropy / cross_entropy_backward: one read of the
+// logits forward, one read and one write backward, saving only the per-row
+// log-sum-exp); (N, C, d1, ...) logits compose log_softmax, gather and
+// reductions.
 //
 // Class targets follow PyTorch: i64 indices, ignore_index rows contribute 0
 // and are left out of the mean's count (a mean over no counted row is NaN).
@@ -116,6 +122,14 @@ Tensor row_scale(const Tensor& dy, Reduction reduction, const Targets& t, const 
 
 // ---- the ops ----------------------------------------------------------------------------
 
+/// The rows of a class loss as a (rows, C) matrix when the class dim is the last one (no spatial dims, or
+/// only dims of size 1): the fused cross-entropy kernels apply.
+bool class_dim_last(const ClassShapes& s) {
+  int64_t inner = 1;
+  for (int64_t d = 2; d < s.batched_input.size(); ++d) inner *= s.batched_input[d];
+  return inner == 1;
+}
+
 struct CrossEntropy {
   static constexpr const char* kName = "cross_entropy";
   static constexpr Precision kPrecision = Precision::kFp32;  // log-sum-exp of logits needs f32
@@ -123,7 +137,9 @@ struct CrossEntropy {
     ClassShapes shapes;
     Reduction reduction = Reduction::kMean;
     double smoothing = 0;
+    int64_t ignore_index = -100;
     DType input_dtype = DType::kF32;
+    bool fused = false;
   };
   // loss_i = −(1 − ε) · log p[target_i] − ε · mean_c log p_c   (0 for ignored rows)
   static Tensor forward(Ctx& ctx, const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
@@ -132,10 +148,50 @@ struct CrossEntropy {
              o.label_smoothing);
     ctx.reduction = o.reduction;
     ctx.smoothing = o.label_smoothing;
+    ctx.ignore_index = o.ignore_index;
     ctx.input_dtype = logits.dtype();
+    ctx.fused = class_dim_last(ctx.shapes);
+    const Tensor loss = ctx.fused ? forward_fused(ctx, logits, target, o) : forward_composed(ctx, logits, target, o);
+    return raw::to(loss, logits.dtype());  // the one rounding to the input dtype
+  }
+  // d loss_i / d logits = (softmax − (1 − ε) · one_hot(target) − ε / C) · scale_i
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    const Tensor dx = ctx.fused ? backward_fused(ctx, dy) : backward_composed(ctx, dy);
+    return {raw::reshape(dx, ctx.shapes.input_shape), Tensor()};
+  }
+
+ private:
+  /// (rows, C) logits: the fused kernel gives per-row losses (0 on ignored rows) and log-sum-exps.
+  static Tensor forward_fused(Ctx& ctx, const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+    const int64_t rows = ctx.shapes.batched_input[0], C = ctx.shapes.C;
+    const Tensor x = raw::reshape(logits, {rows, C}), t = raw::reshape(target, {rows});
+    const kernels::CrossEntropyResult r = kernels::cross_entropy(x, t, o.ignore_index, o.label_smoothing);
+    // The mean's divisor: the rows that count. The backward needs nothing else of the target: the fused
+    // kernel zeroes ignored rows itself.
+    Tensor count;
+    if (o.reduction == Reduction::kMean) {
+      const Tensor valid =
+          kernels::binary(BinaryOp::kNe, t, scalar_like(static_cast<double>(o.ignore_index), DType::kI64, t.device()));
+      count = kernels::reduce(ReduceOp::kSum, valid, {}, false, r.loss.dtype());
+    }
+    ctx.save_for_backward(x, t, r.lse, count);
+    Tensor loss = reduce_loss(r.loss, o.reduction, count);
+    if (o.reduction == Reduction::kNone) loss = raw::reshape(loss, ctx.shapes.target_shape);
+    return loss;
+  }
+  static Tensor backward_fused(Ctx& ctx, const Tensor& dy) {
+    const Tensor &x = ctx.saved(0), &t = ctx.saved(1), &lse = ctx.saved(2), &count = ctx.saved(3);
+    // d loss / d per-row loss: dy per row (none), or one value for every row (sum; mean: dy / count).
+    Tensor w = raw::to(dy, lse.dtype());
+    if (ctx.reduction == Reduction::kNone) w = raw::reshape(w, {x.size(0)});
+    if (ctx.reduction == Reduction::kMean) w = kernels::binary(BinaryOp::kDiv, w, count);
+    return kernels::cross_entropy_backward(x, t, lse, w, ctx.ignore_index, ctx.smoothing);
+  }
+
+  /// (N, C, d1, ...) logits: log_softmax written in A, gather and reductions.
+  static Tensor forward_composed(Ctx& ctx, const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
     const DType A = acc_dtype(logits.dtype());
     const double eps = o.label_smoothing, C = static_cast<double>(ctx.shapes.C);
-
     const Targets t = make_targets(target, ctx.shapes, o.ignore_index, A);
     // Fused log_softmax with statistics in f32 (f64), written in A: nothing rounds to f16.
     const Tensor lsm = kernels::softmax(raw::reshape(logits, ctx.shapes.batched_input), 1, /*log=*/true, A);
@@ -154,10 +210,9 @@ struct CrossEntropy {
 
     Tensor loss = reduce_loss(per_row, o.reduction, t.count);
     if (o.reduction == Reduction::kNone) loss = raw::reshape(loss, ctx.shapes.target_shape);
-    return raw::to(loss, logits.dtype());  // the one rounding to the input dtype
+    return loss;
   }
-  // d loss_i / d logits = (softmax − (1 − ε) · one_hot(target) − ε / C) · scale_i
-  static Grads backward(Ctx& ctx, const Tensor& dy) {
+  static Tensor backward_composed(Ctx& ctx, const Tensor& dy) {
     const Tensor& lsm = ctx.saved(0);
     const Targets t{ctx.saved(1), ctx.saved(2), ctx.saved(3)};
     const DType A = lsm.dtype();
@@ -170,7 +225,7 @@ struct CrossEntropy {
     }
     const Tensor w = row_scale(dy, ctx.reduction, t, ctx.shapes.batched_target, A);
     const Tensor dx = kernels::binary(BinaryOp::kMul, g, raw::unsqueeze(w, 1));
-    return {raw::to(raw::reshape(dx, ctx.shapes.input_shape), ctx.input_dtype), Tensor()};
+    return raw::to(dx, ctx.input_dtype);
   }
 };
 MT_REGISTER_OP(CrossEntropy);

@@ -867,6 +867,123 @@ BOOST_AUTO_TEST_CASE(matmul_reads_transposed_views_in_place, *utf::label("cpu"))
 
 // ---- misuse -----------------------------------------------------------------------------------
 
+// ---- fused cross-entropy ------------------------------------------------------------
+
+namespace {
+
+/// loss, lse and dx of kn::cross_entropy[_backward] against the formulas in double, from the same rounded inputs
+/// (dx from the kernel's own lse: the backward's contract). Targets cycle through the classes; every third row
+/// is ignored (-100).
+void check_cross_entropy(const Tensor& x, double eps, const std::string& what) {
+  const int64_t rows = x.size(0), C = x.size(1);
+  const DType dt = x.dtype(), A = dt == DType::kF64 ? DType::kF64 : DType::kF32;
+  std::vector<int64_t> tv(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) tv[static_cast<size_t>(i)] = i % 3 == 1 ? -100 : (i * 7 + 3) % C;
+  const Tensor target = mt::from_vector(tv, {rows}, DType::kI64);
+  const std::string config = describe("cross_entropy of ", dt, " ", x.shape(), " (", what, "), smoothing ", eps);
+
+  const kn::CrossEntropyResult r = kn::cross_entropy(x, target, -100, eps);
+  check_shape(r.loss, {rows}, A, config + ", loss");
+  check_shape(r.lse, {rows}, A, config + ", lse");
+  const std::vector<double> xv = values(x);
+  std::vector<double> loss(static_cast<size_t>(rows)), lse(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    const double* xr = xv.data() + i * C;
+    double m = -INFINITY, s = 0, sum_lp = 0;
+    for (int64_t c = 0; c < C; ++c) m = std::max(m, xr[c]);
+    for (int64_t c = 0; c < C; ++c) s += std::exp(xr[c] - m);
+    const double l = m + std::log(s);
+    for (int64_t c = 0; c < C; ++c) sum_lp += xr[c] - l;
+    const int64_t t = tv[static_cast<size_t>(i)];
+    lse[static_cast<size_t>(i)] = l;
+    loss[static_cast<size_t>(i)] = t < 0 ? 0.0 : -((1 - eps) * (xr[t] - l) + eps / C * sum_lp);
+  }
+  check_values(r.loss, loss, mt::test::tolerance(A), false, config + ", loss");
+  check_values(r.lse, lse, mt::test::tolerance(A), false, config + ", lse");
+
+  const Tensor w = mt::randn({rows}).to(A);
+  const Tensor dx = kn::cross_entropy_backward(x, target, r.lse, w, -100, eps);
+  check_shape(dx, x.shape(), dt, config + ", dx");
+  const std::vector<double> lk = values(r.lse), wv = values(w);
+  std::vector<double> want(xv.size());
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t t = tv[static_cast<size_t>(i)];
+    for (int64_t c = 0; c < C; ++c) {
+      const size_t j = static_cast<size_t>(i * C + c);
+      want[j] = t < 0 ? 0.0 : (std::exp(xv[j] - lk[static_cast<size_t>(i)]) - (c == t ? 1 - eps : 0.0) - eps / C) *
+                                  wv[static_cast<size_t>(i)];
+    }
+  }
+  check_values(dx, want, mt::test::tolerance(dt), false, config + ", dx");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(cross_entropy_matches_f64_reference, *utf::label("cpu")) {
+  mt::manual_seed(31);
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {7, 13}, {5, 300}, {40, 1000}};
+  for (DType dt : kFloatTypes)
+    for (double eps : {0.0, 0.1, 1.0})
+      for (auto [rows, C] : shapes) check_cross_entropy(mt::randn({rows, C}).to(dt), eps, "randn");
+  for (DType dt : kFloatTypes) {
+    // Logits near +50: every statistic is a difference from the row's max, so nothing cancels.
+    check_cross_entropy(kn::scalar(kn::ScalarOp::kAdd, mt::randn({6, 37}), 50.0).to(dt), 0.1, "offset +50");
+    check_cross_entropy(mt::randn({9, 5}).to(dt).t(), 0.1, "transposed");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(cross_entropy_edge_rows, *utf::label("cpu")) {
+  const double inf = INFINITY;
+  // Row 0: ignored, all −inf: loss 0 and dx 0, not NaN. Row 1: one −inf logit, the others finite.
+  const Tensor x = mt::from_vector<double>({-inf, -inf, -inf, 0.5, -inf, 1.5}, {2, 3}, DType::kF32);
+  const Tensor target = mt::from_vector<int64_t>({-100, 2}, {2}, DType::kI64);
+  const kn::CrossEntropyResult r = kn::cross_entropy(x, target, -100, 0.0);
+  const std::vector<double> loss = values(r.loss);
+  BOOST_TEST(loss[0] == 0.0);
+  BOOST_TEST(loss[1] == std::log(1 + std::exp(-1.0)), boost::test_tools::tolerance(1e-6));
+  // One scale for every row (the sum and mean reductions) equals the scale repeated per row.
+  const Tensor one = mt::from_vector<double>({0.5}, {1}, DType::kF32);
+  const Tensor dx = kn::cross_entropy_backward(x, target, r.lse, one, -100, 0.0);
+  const Tensor dx_rows =
+      kn::cross_entropy_backward(x, target, r.lse, mt::from_vector<double>({0.5, 0.5}, {2}, DType::kF32), -100, 0.0);
+  check_values(dx, values(dx_rows), {0, 0}, true, "cross_entropy_backward, one scale for every row");
+  const std::vector<double> g = values(dx);
+  BOOST_TEST(g[0] == 0.0);
+  BOOST_TEST(g[1] == 0.0);
+  BOOST_TEST(g[2] == 0.0);
+  BOOST_TEST(g[4] == 0.0);  // exp(−inf − lse) = 0
+  // With smoothing, a −inf logit in a counted row makes its loss +inf (as Σ_c log p_c is −inf).
+  BOOST_TEST(values(kn::cross_entropy(x, target, -100, 0.1).loss)[1] == inf);
+  // Empty batch.
+  BOOST_TEST(kn::cross_entropy(mt::zeros({0, 4}), mt::zeros({0}, DType::kI64), -100, 0.0).loss.numel() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(cross_entropy_misuse, *utf::label("cpu")) {
+  const Tensor x = mt::zeros({2, 5}), lse = mt::zeros({2});
+  const Tensor target = mt::from_vector<int64_t>({1, 5}, {2}, DType::kI64);
+  const Tensor ok = mt::from_vector<int64_t>({1, 4}, {2}, DType::kI64);
+  expect_error([&] { kn::cross_entropy(x, target, -100, 0.0); },
+               {"cross_entropy: target value 5", "out of range for 5 classes"});
+  expect_error([&] { kn::cross_entropy_backward(x, target, lse, lse, -100, 0.0); },
+               {"cross_entropy_backward: target value 5"});
+  expect_error([&] { kn::cross_entropy(mt::zeros({2, 5, 1}), ok, -100, 0.0); },
+               {"cross_entropy: expected logits of shape (rows, C)", "[2, 5, 1]"});
+  expect_error([&] { kn::cross_entropy(x, mt::zeros({2}), -100, 0.0); }, {"cross_entropy:", "i64", "f32"});
+  expect_error([&] { kn::cross_entropy(x, mt::zeros({3}, DType::kI64), -100, 0.0); },
+               {"cross_entropy: target of shape [3]", "[2, 5]"});
+  expect_error([&] { kn::cross_entropy(mt::zeros({2, 5}, DType::kI64), ok, -100, 0.0); },
+               {"cross_entropy:", "floating", "i64"});
+  expect_error([&] { kn::cross_entropy(x, ok, -100, 1.5); }, {"cross_entropy: label_smoothing must be in [0, 1]"});
+  expect_error([&] { kn::cross_entropy_backward(x, ok, lse.to(DType::kF16), lse, -100, 0.0); },
+               {"cross_entropy_backward: lse of f32 logits must be f32", "f16"});
+  expect_error([&] { kn::cross_entropy_backward(x, ok, mt::zeros({1}), lse, -100, 0.0); },
+               {"cross_entropy_backward: lse of shape [1]", "[2, 5]"});
+  expect_error([&] { kn::cross_entropy_backward(x, ok, lse, mt::zeros({3}), -100, 0.0); },
+               {"cross_entropy_backward: row_scale of shape [3]", "or a single value"});
+  expect_error([&] { kn::cross_entropy_backward(x, ok, Tensor(), lse, -100, 0.0); },
+               {"cross_entropy_backward:", "'lse'", "undefined"});
+}
+
 BOOST_AUTO_TEST_CASE(misuse_gets_errors_naming_op_shapes_and_dtypes, *utf::label("cpu")) {
   const Tensor f32 = mt::zeros({2, 3}), f16 = mt::zeros({2, 3}, DType::kF16), i64 = mt::zeros({2, 3}, DType::kI64);
   const std::vector<int64_t> dims_bad{3}, dims_dup{1, -1}, dim1{1};

@@ -1,4 +1,4 @@
-// tests/test_cuda_nn.cpp — the CUDA softmax, gather/scatter_add and layer-norm kernels against the CPU's.
+// tests/test_cuda_nn.cpp — the CUDA softmax, gather/scatter_add, cross-entropy and layer-norm kernels against the CPU's.
 //
 // The CPU kernels (ops/cpu/nn.cpp) are the reference: every case runs the same
 // public kernel (ops/kernels.h) on a CPU tensor and on its copy on the GPU and
@@ -326,6 +326,105 @@ BOOST_AUTO_TEST_CASE(gather_scatter_add_out_of_range, MT_GPU_TEST) {
   BOOST_CHECK((s == std::vector<float>{1, 0, 0, 0, 0, 1}));
 }
 
+// ---- fused cross-entropy ------------------------------------------------------------------
+
+namespace {
+
+DType acc_of(DType dt) { return dt == mt::kF64 ? mt::kF64 : mt::kF32; }
+
+/// Every element of `t` (on any device) is finite, except in `nan_rows` of a (rows, ...) tensor, where every
+/// element must be NaN.
+void expect_finite(const Tensor& t, const std::string& config, const std::vector<int64_t>& nan_rows = {}) {
+  const std::vector<double> v = t.cpu().to_vector<double>();
+  const int64_t rows = t.dim() == 0 ? 1 : t.size(0), per_row = rows == 0 ? 0 : t.numel() / rows;
+  int64_t bad = 0;
+  std::ostringstream first;
+  for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) {
+    const bool nan_row = std::find(nan_rows.begin(), nan_rows.end(), i / per_row) != nan_rows.end();
+    const bool ok = nan_row ? std::isnan(v[static_cast<size_t>(i)]) : std::isfinite(v[static_cast<size_t>(i)]);
+    if (!ok && bad++ < 5) first << " [" << i << "] " << v[static_cast<size_t>(i)] << ";";
+  }
+  BOOST_CHECK_MESSAGE(bad == 0, config << ": " << bad << " of " << v.size()
+                                       << " elements are not finite (or not NaN in a bad-target row):" << first.str());
+}
+
+/// The CUDA fused cross-entropy kernels against the CPU's on x (rows, C): targets random, every 7th row
+/// ignored; the backward gets the CPU's lse (its contract) and a random per-row scale, then one scale for all rows.
+void check_cross_entropy(const Tensor& x, double eps, const std::string& what) {
+  const int64_t rows = x.size(0), C = x.size(1);
+  const DType dt = x.dtype(), A = acc_of(dt);
+  Tensor target = mt::randint(0, C, {rows});
+  for (int64_t i = 3; i < rows; i += 7) target.set({i}, -100);
+  std::ostringstream os;
+  os << "cross_entropy of " << describe(x) << " (" << what << "), smoothing " << eps;
+  const std::string config = os.str();
+
+  const kernels::CrossEntropyResult cpu = kernels::cross_entropy(x, target, -100, eps);
+  const kernels::CrossEntropyResult g = kernels::cross_entropy(gpu(x), gpu(target), -100, eps);
+  BOOST_REQUIRE(g.loss.is_cuda() && g.lse.is_cuda());
+  // Losses and lse are in A, made of sums over C terms in different orders.
+  expect_close(g.loss, cpu.loss, mt::test::tolerance(A), order_allowance(C), config + ", loss");
+  expect_close(g.lse, cpu.lse, mt::test::tolerance(A), order_allowance(C), config + ", lse");
+  expect_finite(g.loss, config + ", loss");
+  expect_finite(g.lse, config + ", lse");
+
+  const Tensor w = randn_as({rows}, A);
+  const Tensor dx_cpu = kernels::cross_entropy_backward(x, target, cpu.lse, w, -100, eps);
+  const Tensor dx_gpu = kernels::cross_entropy_backward(gpu(x), gpu(target), gpu(cpu.lse), gpu(w), -100, eps);
+  // Elementwise from the same lse: the two backends differ by their exp's last-ulp error before the one rounding.
+  expect_close(dx_gpu, dx_cpu, mt::test::tolerance(dt), 0.0, config + ", dx");
+  expect_finite(dx_gpu, config + ", dx");
+  const Tensor one = randn_as({1}, A);
+  expect_close(kernels::cross_entropy_backward(gpu(x), gpu(target), gpu(cpu.lse), gpu(one), -100, eps),
+               kernels::cross_entropy_backward(x, target, cpu.lse, one, -100, eps), mt::test::tolerance(dt), 0.0,
+               config + ", dx with one scale for every row");
+}
+
+}  // namespace
+
+// Row lengths across the warp-per-row (<= 1024), 256-thread and 512-thread block kernels, with and without
+// 16-byte vectors (13, 1023 and 65537 elements are not a multiple of 16 bytes; 1024, 4096, 32768 are).
+BOOST_AUTO_TEST_CASE(cross_entropy_kernels_match_cpu, MT_GPU_TEST) {
+  mt::manual_seed(21);
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},  {7, 13},    {64, 1023}, {37, 1024},
+                                                           {9, 4096}, {5, 32768}, {3, 65537}};
+  for (DType dt : {mt::kF64, mt::kF32, mt::kF16, mt::kBF16})
+    for (double eps : {0.0, 0.1})
+      for (auto [rows, C] : shapes) check_cross_entropy(randn_as({rows, C}, dt), eps, "randn");
+  for (DType dt : kFloatDTypes) {
+    check_cross_entropy(randn_as({16384, 1024}, dt), 0.1, "the benchmark's shape");
+    check_cross_entropy(randn_as({33, 300}, dt, 1000.0), 0.1, "offset +1000");
+    check_cross_entropy(randn_as({9, 40}, dt).t(), 0.0, "transposed");
+  }
+}
+
+// Ignored rows give loss 0 and dx 0 whatever their logits; a target out of [0, C) that is not ignore_index
+// (which only the CPU can check without a synchronisation) gives a NaN loss and a NaN dx row, and nothing else.
+BOOST_AUTO_TEST_CASE(cross_entropy_kernels_bad_and_ignored_targets, MT_GPU_TEST) {
+  mt::manual_seed(22);
+  for (DType dt : kFloatDTypes)
+    for (int64_t C : {5, 8, 2000, 32768})  // warp rows without and with vectors; 256- and 512-thread block rows
+      for (double eps : {0.0, 0.1}) {
+        Tensor x = randn_as({5, C}, dt);
+        x.set({2, 0}, -INFINITY);  // row 2 is ignored: −inf there must not make it NaN
+        const Tensor target = gpu(mt::tensor<int64_t>({0, C, -100, -1, C - 1}));
+        std::ostringstream os;
+        os << "cross_entropy with bad targets, " << dt << " C " << C << " smoothing " << eps;
+        const kernels::CrossEntropyResult r = kernels::cross_entropy(gpu(x), target, -100, eps);
+        const std::vector<double> loss = r.loss.cpu().to_vector<double>();
+        BOOST_CHECK_MESSAGE(std::isfinite(loss[0]) && std::isnan(loss[1]) && loss[2] == 0.0 && std::isnan(loss[3]) &&
+                                std::isfinite(loss[4]),
+                            os.str() << ": loss " << loss[0] << " " << loss[1] << " " << loss[2] << " " << loss[3]
+                                     << " " << loss[4]);
+        const Tensor w = gpu(mt::ones({5}, acc_of(dt)));
+        const Tensor dx = kernels::cross_entropy_backward(gpu(x), target, r.lse, w, -100, eps);
+        const Tensor dx_rows = dx.cpu().narrow(0, 2, 1).contiguous();
+        expect_equal(dx_rows, mt::zeros({1, C}, dt), os.str() + ", ignored row's dx");
+        expect_finite(dx.cpu().narrow(0, 0, 2).contiguous(), os.str() + ", dx rows 0-1", {1});
+        expect_finite(dx.cpu().narrow(0, 3, 2).contiguous(), os.str() + ", dx rows 3-4", {0});
+      }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---- end to end through the ops ----------------------------------------------------------------
@@ -353,25 +452,31 @@ mt::test::Tolerance chained(DType dt) {
 
 }  // namespace
 
+// (N, C) logits run the fused kernels, (N, C, d) logits the composed path; every reduction.
 BOOST_AUTO_TEST_CASE(cross_entropy_forward_backward, MT_GPU_TEST) {
   mt::manual_seed(11);
   for (DType dt : kFloatDTypes)
-    for (double smoothing : {0.0, 0.1}) {
-      const int64_t N = 64, C = 1000;
-      Leaf logits(randn_as({N, C}, dt));
-      Tensor target = mt::randint(0, C, {N});
-      target.set({5}, -100);  // ignored
-      const mt::CrossEntropyOptions o{.label_smoothing = smoothing};
-      const Tensor loss_cpu = mt::cross_entropy(logits.cpu, target, o);
-      const Tensor loss_gpu = mt::cross_entropy(logits.gpu, target.to(Device::cuda()), o);
-      std::ostringstream os;
-      os << "cross_entropy " << dt << " smoothing " << smoothing;
-      expect_close(loss_gpu, loss_cpu, mt::test::tolerance(dt), order_allowance(N * C), os.str());
-      loss_cpu.backward();
-      loss_gpu.backward();
-      expect_close(logits.gpu.grad(), logits.cpu.grad(), chained(dt), order_allowance(C),
-                   os.str() + ", d logits");
-    }
+    for (double smoothing : {0.0, 0.1})
+      for (mt::Reduction reduction : {mt::Reduction::kMean, mt::Reduction::kSum, mt::Reduction::kNone})
+        for (bool spatial : {false, true}) {
+          const int64_t N = 64, C = 1000;
+          const Shape shape = spatial ? Shape{N / 8, C, 8} : Shape{N, C};
+          Leaf logits(randn_as(shape, dt));
+          Tensor target = mt::randint(0, C, {N});
+          target.set({5}, -100);  // ignored
+          if (spatial) target = target.reshape({N / 8, 8});
+          const mt::CrossEntropyOptions o{.reduction = reduction, .label_smoothing = smoothing};
+          const Tensor loss_cpu = mt::cross_entropy(logits.cpu, target, o);
+          const Tensor loss_gpu = mt::cross_entropy(logits.gpu, target.to(Device::cuda()), o);
+          std::ostringstream os;
+          os << "cross_entropy " << dt << " shape " << shape << " smoothing " << smoothing << " reduction "
+             << static_cast<int>(reduction);
+          expect_close(loss_gpu, loss_cpu, mt::test::tolerance(dt), order_allowance(N * C), os.str());
+          const Tensor dy = reduction == mt::Reduction::kNone ? randn_as(loss_cpu.shape(), dt) : Tensor();
+          loss_cpu.backward(dy);
+          loss_gpu.backward(dy.defined() ? gpu(dy) : Tensor());
+          expect_close(logits.gpu.grad(), logits.cpu.grad(), chained(dt), order_allowance(C), os.str() + ", d logits");
+        }
 }
 
 BOOST_AUTO_TEST_CASE(softmax_forward_backward, MT_GPU_TEST) {

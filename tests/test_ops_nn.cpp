@@ -151,6 +151,39 @@ MT_OP_CASE({.op = "cross_entropy", .label = "transposed logits, sum",
             .f = [](const In& in) { return mt::cross_entropy(in[0], in[1], CE{.reduction = mt::Reduction::kSum}); },
             .inputs = [] { return In{non_contiguous(mt::randn({3, 4}), "transposed"), labels({2, 0, 3})}; }});
 
+// (N, C) and (C) logits run the fused kernels; (N, C, d1, ...) with a spatial dim > 1 the composed path.
+MT_OP_CASE({.op = "cross_entropy", .label = "unbatched (C) logits, smoothing 0.2, mean (fused)",
+            .f = [](const In& in) { return mt::cross_entropy(in[0], in[1], CE{.label_smoothing = 0.2}); },
+            .inputs = [] { return In{mt::randn({6}), labels({4}, mt::Shape{})}; }});
+MT_OP_CASE({.op = "cross_entropy", .label = "(N, C, 1, 1) logits, none (fused: spatial dims of size 1)",
+            .f = [](const In& in) { return mt::cross_entropy(in[0], in[1], CE{.reduction = mt::Reduction::kNone}); },
+            .inputs = [] { return In{mt::randn({3, 5, 1, 1}), labels({4, -100, 0}, {3, 1, 1})}; }});
+MT_OP_CASE({.op = "cross_entropy", .label = "(N, 37) logits offset +20, smoothing 0.1, ignore_index 3, sum (fused)",
+            .f = [](const In& in) {
+              return mt::cross_entropy(in[0], in[1],
+                                       CE{.reduction = mt::Reduction::kSum, .ignore_index = 3, .label_smoothing = 0.1});
+            },
+            .inputs = [] { return In{mt::add(mt::randn({5, 37}), 20.0), labels({36, 3, 0, 17, 3})}; }});
+MT_OP_CASE({.op = "cross_entropy", .label = "label smoothing 1, mean (fused)",
+            .f = [](const In& in) { return mt::cross_entropy(in[0], in[1], CE{.label_smoothing = 1.0}); },
+            .inputs = [] { return In{mt::randn({3, 4}), labels({1, 3, -100})}; }});
+MT_OP_CASE({.op = "cross_entropy", .label = "smoothing 0.1, none, ignore_index present (fused)",
+            .f = [](const In& in) {
+              return mt::cross_entropy(in[0], in[1], CE{.reduction = mt::Reduction::kNone, .label_smoothing = 0.1});
+            },
+            .inputs = [] { return In{mt::randn({4, 6}), labels({5, -100, 0, 2})}; }});
+MT_OP_CASE({.op = "cross_entropy", .label = "3-D (N, C, d) logits, smoothing 0.1, none (composed)",
+            .f = [](const In& in) {
+              return mt::cross_entropy(in[0], in[1], CE{.reduction = mt::Reduction::kNone, .label_smoothing = 0.1});
+            },
+            .inputs = [] { return In{mt::randn({2, 4, 3}), labels({0, 3, -100, 2, 1, 3}, {2, 3})}; }});
+MT_OP_CASE({.op = "cross_entropy", .label = "4-D (N, C, h, w) logits, smoothing 0.1, ignore_index 2, sum (composed)",
+            .f = [](const In& in) {
+              return mt::cross_entropy(in[0], in[1],
+                                       CE{.reduction = mt::Reduction::kSum, .ignore_index = 2, .label_smoothing = 0.1});
+            },
+            .inputs = [] { return In{mt::randn({2, 3, 2, 2}), labels({0, 2, 1, 1, 2, 0, 1, 0}, {2, 2, 2})}; }});
+
 using NLL = mt::NllLossOptions;
 
 MT_OP_CASE({.op = "nll_loss", .label = "(N, C), mean", .f = [](const In& in) { return mt::nll_loss(in[0], in[1]); },

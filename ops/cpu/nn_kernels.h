@@ -27,6 +27,14 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 /// zeros(shape) in src's (floating) dtype with src (index's shape) added along `dim` (wrapped), summed in opmath.
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src);
 
+/// Fused cross-entropy of logits (rows, C), any floating dtype, and target (rows) kI64 (ops/kernels.h).
+/// Throws on a target outside [0, C) that is not ignore_index.
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                 double label_smoothing);
+/// dlogits (logits' shape and dtype); row_scale holds rows values or one for every row.
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& row_scale,
+                              int64_t ignore_index, double label_smoothing);
+
 /// x (rows, normalized_numel) in any shape whose trailing dims hold normalized_numel elements;
 /// weight/bias (normalized_numel elements, any floating dtype) may be undefined. y has x's shape
 /// and dtype; mean/rstd are (rows) in f32 (f64 for f64 x).

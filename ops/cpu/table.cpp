@@ -20,6 +20,8 @@ const DeviceKernels& cpu_kernels() {
       .scatter_add = &cpu::scatter_add,
       .layer_norm = &cpu::layer_norm,
       .layer_norm_backward = &cpu::layer_norm_backward,
+      .cross_entropy = &cpu::cross_entropy,
+      .cross_entropy_backward = &cpu::cross_entropy_backward,
       .im2col = &cpu::im2col,
       .col2im = &cpu::col2im,
       .max_pool2d = &cpu::max_pool2d,

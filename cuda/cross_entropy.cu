@@ -1,0 +1,319 @@
+// cuda/cross_entropy.cu — fused cross-entropy over (rows, C) logits: forward and backward, one kernel each.
+//
+// The one design idea: each pass touches a logit once. The forward reads a
+// row in a single sweep, keeping an online (max m, Σ exp(x − m)) per thread —
+// the running sum is rescaled when the max grows, as cuda/softmax.cu does —
+// plus, with label smoothing, d = Σ (x − m), shifted by −k·Δm when the max
+// grows by Δm after k elements; the threads' statistics merge with
+// cub::WarpReduce/BlockReduce and the row's first thread reads the target
+// logit x_t (loaded before the sweep) and writes the loss and the log-sum-exp.
+// The backward reads x once and writes dx once: dx = (exp(x − lse) −
+// (1 − ε)·[c == t] − ε/C) · scale, rounded once. Both call the formulas of
+// core/loss_math.h, as the CPU reference (ops/cpu/nn.cpp) does.
+//
+// A row belongs to a warp for C <= 1024, else to a block of 256 (C <= 8192)
+// or 512 threads; rows whose length is a multiple of 16 bytes move as 16-byte
+// vectors. No atomics: each row is reduced by its own threads in a fixed
+// order, so results are deterministic.
+//
+// Targets: a row whose target is ignore_index has loss 0 and dx 0 (whatever
+// its logits and scale). A target outside [0, C) that is not ignore_index
+// cannot be reported without a host synchronisation: that row's loss and its
+// whole dx row are NaN, so the bad label shows up in the loss.
+// Outputs are freshly allocated and overwritten.
+#include <mixtape/cuda/nn.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/warp/warp_reduce.cuh>
+
+#include <mixtape/core/dtype.h>
+#include <mixtape/core/loss_math.h>
+
+namespace mixtape::kernels::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int64_t kMaxGrid = 1 << 24;  // row loops are grid-strided past this many blocks
+
+/// 16 bytes of T (N = 16 / sizeof(T) elements) as one vector access (llm.c's Packed128).
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+template <class T>
+constexpr int kVec = static_cast<int>(16 / sizeof(T));
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+template <class Acc>
+using Consts = math::CrossEntropyConsts<Acc>;
+
+// ---- one row's statistics ---------------------------------------------------------------------
+
+/// m = max so far, s = Σ exp(x − m), d = Σ (x − m) (kept only with smoothing), k = elements folded in.
+template <class Acc>
+struct RowStats {
+  Acc m, s, d;
+  int k;
+};
+
+/// a.d re-expressed against a max m >= a.m: every one of a's k terms drops by m − a.m.
+template <class Acc>
+__device__ __forceinline__ Acc shifted_d(const RowStats<Acc>& a, Acc m) {
+  return (a.k == 0 || a.m == m) ? a.d : a.d - static_cast<Acc>(a.k) * (m - a.m);
+}
+
+/// Folds x into a. NaN and infinities end where the CPU's two-pass row ends: a NaN, or a +inf (x − x is NaN
+/// exactly then), makes s NaN and so the row; a −inf adds nothing to s and makes d −inf.
+template <bool kSmooth, class Acc>
+__device__ __forceinline__ void stats_add(RowStats<Acc>& a, Acc x) {
+  constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
+  if (x > a.m) {
+    a.s = a.s * math::detail::exp(a.m - x) + (x - x + Acc(1));
+    if constexpr (kSmooth) a.d = shifted_d(a, x);  // x itself adds x − x = 0
+    a.m = x;
+  } else if (x != kNegInf) {
+    a.s += math::detail::exp(x - a.m);
+    if constexpr (kSmooth) a.d += x - a.m;
+  } else if constexpr (kSmooth) {
+    a.d = kNegInf;  // not x − m: that is NaN while m is still −inf
+  }
+  if constexpr (kSmooth) ++a.k;
+}
+
+/// Merges two threads' statistics; an empty share (m = −inf, s = 0, k = 0) contributes nothing.
+template <bool kSmooth>
+struct MergeRowStats {
+  template <class Acc>
+  __device__ __forceinline__ RowStats<Acc> operator()(const RowStats<Acc>& a, const RowStats<Acc>& b) const {
+    const Acc m = a.m > b.m ? a.m : b.m;
+    const Acc sa = a.s == Acc(0) ? Acc(0) : a.s * math::detail::exp(a.m - m);
+    const Acc sb = b.s == Acc(0) ? Acc(0) : b.s * math::detail::exp(b.m - m);
+    RowStats<Acc> r{m, sa + sb, Acc(0), 0};
+    if constexpr (kSmooth) {
+      r.d = shifted_d(a, m) + shifted_d(b, m);
+      r.k = a.k + b.k;
+    }
+    return r;
+  }
+};
+
+/// Reduces v over the kPerRow threads that share a row (a warp, or the whole block when kPerRow == kBlock);
+/// the result is valid in the row's first thread. Block form: every thread of the block must call it.
+template <int kPerRow, int kBlock, class V, class Op>
+__device__ __forceinline__ V row_reduce(V v, Op op) {
+  static_assert(kPerRow == kWarp || kPerRow == kBlock, "a row is owned by a warp or by a block");
+  if constexpr (kPerRow == kWarp) {
+    using WarpReduce = cub::WarpReduce<V>;
+    __shared__ typename WarpReduce::TempStorage tmp[kBlock / kWarp];
+    const V r = WarpReduce(tmp[threadIdx.x / kWarp]).Reduce(v, op);
+    __syncwarp();  // tmp is reused by the warp's next row
+    return r;
+  } else {
+    using BlockReduce = cub::BlockReduce<V, kBlock>;
+    __shared__ typename BlockReduce::TempStorage tmp;
+    const V r = BlockReduce(tmp).Reduce(v, op);
+    __syncthreads();  // tmp is reused by the block's next row
+    return r;
+  }
+}
+
+// ---- kernels ------------------------------------------------------------------------------------
+
+/// loss[r], lse[r] of rows r in [0, rows); kPerRow threads own a row. `vec`: C is a multiple of kVec<T> and x is
+/// aligned for Pack loads. kSmooth: ε > 0 (d is accumulated). Overwrites loss and lse.
+template <class T, bool kSmooth, int kPerRow, int kBlock>
+__global__ void __launch_bounds__(kBlock) cross_entropy_fwd_kernel(const T* __restrict__ x,             // (rows, C)
+                                                                   const int64_t* __restrict__ target,  // (rows)
+                                                                   opmath_t<T>* __restrict__ loss,      // (rows)
+                                                                   opmath_t<T>* __restrict__ lse,       // (rows)
+                                                                   int64_t rows, int C, int64_t ignore_index,
+                                                                   Consts<opmath_t<T>> k, bool vec) {
+  using Acc = opmath_t<T>;
+  constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
+  const int t = static_cast<int>(threadIdx.x) % kPerRow;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const T* xr = x + row * C;
+    const int64_t ti = target[row];
+    const bool counted = ti != ignore_index, in_range = ti >= 0 && ti < C;
+    Acc xt = 0;  // loaded before the sweep, used after the reduction
+    if (t == 0 && counted && in_range) xt = static_cast<Acc>(xr[ti]);
+    RowStats<Acc> st{-std::numeric_limits<Acc>::infinity(), Acc(0), Acc(0), 0};
+    if (vec) {
+      const auto* xv = reinterpret_cast<const Pack<T, V>*>(xr);
+#pragma unroll 4
+      for (int i = t; i < C / V; i += kPerRow) {
+        const Pack<T, V> p = xv[i];
+#pragma unroll
+        for (int j = 0; j < V; ++j) stats_add<kSmooth>(st, static_cast<Acc>(p.v[j]));
+      }
+    } else {
+      for (int i = t; i < C; i += kPerRow) stats_add<kSmooth>(st, static_cast<Acc>(xr[i]));
+    }
+    st = row_reduce<kPerRow, kBlock>(st, MergeRowStats<kSmooth>{});
+    if (t == 0) {
+      const Acc ls = math::detail::log(st.s);
+      lse[row] = st.m + ls;
+      // A select, not a product: an ignored row of −inf logits gives 0, not NaN.
+      loss[row] = !counted   ? Acc(0)
+                  : in_range ? math::cross_entropy_row_loss(xt - st.m, ls, st.d, k)
+                             : std::numeric_limits<Acc>::quiet_NaN();
+    }
+  }
+}
+
+/// dx[r, c] = (exp(x[r, c] − lse[r]) − (1 − ε)·[c == t_r] − ε/C) · scale[r · scale_step], rounded once; 0 for an
+/// ignored row, NaN for a row whose target is out of range. Rows as cross_entropy_fwd_kernel; `vec`: C is a multiple
+/// of kVec<T> and x, dx are aligned for Pack accesses. Overwrites dx.
+template <class T, int kPerRow, int kBlock>
+__global__ void __launch_bounds__(kBlock) cross_entropy_bwd_kernel(const T* __restrict__ x,                // (rows, C)
+                                                                   const int64_t* __restrict__ target,     // (rows)
+                                                                   const opmath_t<T>* __restrict__ lse,    // (rows)
+                                                                   const opmath_t<T>* __restrict__ scale,  // (rows) or (1)
+                                                                   int64_t scale_step,  // 1, or 0 for one scale
+                                                                   T* __restrict__ dx,  // (rows, C)
+                                                                   int64_t rows, int C, int64_t ignore_index,
+                                                                   Consts<opmath_t<T>> k, bool vec) {
+  using Acc = opmath_t<T>;
+  constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
+  // f64's exp keeps a call to its slow path: ptxas spills around it unrolled 4 times (check_cuda_resources).
+  constexpr int kBwdUnroll = std::is_same_v<T, double> ? 2 : 4;
+  const int t = static_cast<int>(threadIdx.x) % kPerRow;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const T* xr = x + row * C;
+    T* dr = dx + row * C;
+    const int64_t ti = target[row];
+    if (ti == ignore_index || ti < 0 || ti >= C) {  // a constant row: x is not read
+      const T fill = convert<T>(ti == ignore_index ? Acc(0) : std::numeric_limits<Acc>::quiet_NaN());
+      if (vec) {
+        Pack<T, V> q;
+#pragma unroll
+        for (int j = 0; j < V; ++j) q.v[j] = fill;
+        auto* dv = reinterpret_cast<Pack<T, V>*>(dr);
+        for (int i = t; i < C / V; i += kPerRow) dv[i] = q;
+      } else {
+        for (int i = t; i < C; i += kPerRow) dr[i] = fill;
+      }
+      continue;
+    }
+    const Acc l = lse[row], w = scale[row * scale_step];
+    const int target_c = static_cast<int>(ti);
+    if (vec) {
+      const auto* xv = reinterpret_cast<const Pack<T, V>*>(xr);
+      auto* dv = reinterpret_cast<Pack<T, V>*>(dr);
+#pragma unroll kBwdUnroll
+      for (int i = t; i < C / V; i += kPerRow) {
+        const Pack<T, V> p = xv[i];
+        Pack<T, V> q;
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          q.v[j] = convert<T>(math::cross_entropy_grad(static_cast<Acc>(p.v[j]), l, i * V + j == target_c, w, k));
+        dv[i] = q;
+      }
+    } else {
+      for (int i = t; i < C; i += kPerRow)
+        dr[i] = convert<T>(math::cross_entropy_grad(static_cast<Acc>(xr[i]), l, i == target_c, w, k));
+    }
+  }
+}
+
+// ---- launchers -------------------------------------------------------------------------------
+
+/// Launches `kernel` with kPerRow threads per row and blocks of kBlock threads.
+template <int kPerRow, int kBlock, class Kernel, class... Args>
+void launch_rows(Kernel kernel, const char* name, int64_t rows, int64_t C, Args... args) {
+  constexpr int kRowsPerBlock = kBlock / kPerRow;
+  const int64_t blocks = std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxGrid);
+  kernel<<<static_cast<unsigned>(blocks), kBlock, 0, ::mixtape::cuda::launch_stream()>>>(args...);
+  MT_CUDA_CHECK_LAUNCH(name, " (", rows, " rows of ", C, ")");
+}
+
+/// Rows of up to 1024 elements: a warp each, 8 per block; up to 8192: a block of 256; longer: a block of 512
+/// (as cuda/softmax.cu).
+template <template <int, int> class K, class... Args>
+void launch_rows_by_length(const char* name, int64_t rows, int64_t C, Args... args) {
+  if (C <= 1024) launch_rows<kWarp, 256>(K<kWarp, 256>::kernel, name, rows, C, args...);
+  else if (C <= 8192) launch_rows<256, 256>(K<256, 256>::kernel, name, rows, C, args...);
+  else launch_rows<512, 512>(K<512, 512>::kernel, name, rows, C, args...);
+}
+
+template <class T, bool kSmooth>
+struct FwdRows {
+  template <int kPerRow, int kBlock>
+  struct K {
+    static constexpr auto kernel = cross_entropy_fwd_kernel<T, kSmooth, kPerRow, kBlock>;
+  };
+};
+template <class T>
+struct BwdRows {
+  template <int kPerRow, int kBlock>
+  struct K {
+    static constexpr auto kernel = cross_entropy_bwd_kernel<T, kPerRow, kBlock>;
+  };
+};
+
+DType acc_dtype_of(DType t) { return t == DType::kF64 ? DType::kF64 : DType::kF32; }
+
+}  // namespace
+
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target_in, int64_t ignore_index,
+                                 double label_smoothing) {
+  const char* op = "cross_entropy_fwd_kernel";
+  const int64_t rows = logits.size(0), C = logits.size(1);
+  const TensorOptions stats = TensorOptions(acc_dtype_of(logits.dtype())).device(logits.device());
+  CrossEntropyResult r{empty({rows}, stats), empty({rows}, stats)};
+  if (rows == 0) return r;
+  MT_CHECK(C <= std::numeric_limits<int>::max(), op, ": rows of ", C, " classes are too long");
+  const Tensor x = raw::contiguous(logits), target = raw::contiguous(target_in);
+  DeviceGuard guard(x.device());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = opmath_t<T>;
+    const Consts<Acc> k = math::cross_entropy_consts<Acc>(label_smoothing, C);
+    const T* xp = x.data<T>();
+    const bool vec = C % kVec<T> == 0 && aligned(xp, 16);
+    auto launch = [&](auto smooth) {
+      launch_rows_by_length<FwdRows<T, decltype(smooth)::value>::template K>(
+          op, rows, C, xp, target.data<int64_t>(), r.loss.data<Acc>(), r.lse.data<Acc>(), rows, static_cast<int>(C),
+          ignore_index, k, vec);
+    };
+    if (label_smoothing > 0) launch(std::true_type{});
+    else launch(std::false_type{});
+  });
+  return r;
+}
+
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target_in, const Tensor& lse_in,
+                              const Tensor& row_scale_in, int64_t ignore_index, double label_smoothing) {
+  const char* op = "cross_entropy_bwd_kernel";
+  Tensor dx = empty(logits.shape(), TensorOptions(logits.dtype()).device(logits.device()));
+  if (dx.numel() == 0) return dx;
+  const int64_t rows = logits.size(0), C = logits.size(1);
+  MT_CHECK(C <= std::numeric_limits<int>::max(), op, ": rows of ", C, " classes are too long");
+  const Tensor x = raw::contiguous(logits), target = raw::contiguous(target_in);
+  const Tensor lse = raw::contiguous(lse_in), row_scale = raw::contiguous(row_scale_in);
+  const int64_t scale_step = row_scale.numel() == 1 ? 0 : 1;
+  DeviceGuard guard(x.device());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = opmath_t<T>;
+    const Consts<Acc> k = math::cross_entropy_consts<Acc>(label_smoothing, C);
+    const T* xp = x.data<T>();
+    T* dxp = dx.data<T>();
+    const bool vec = C % kVec<T> == 0 && aligned(xp, 16) && aligned(dxp, 16);
+    launch_rows_by_length<BwdRows<T>::template K>(op, rows, C, xp, target.data<int64_t>(), lse.data<Acc>(),
+                                                  row_scale.data<Acc>(), scale_step, dxp, rows, static_cast<int>(C),
+                                                  ignore_index, k, vec);
+  });
+  return dx;
+}
+
+}  // namespace mixtape::kernels::cuda
