@@ -82,7 +82,7 @@ if has_step sanitize; then
     tool=$0; s=$1
     log='"$OUT"'/san_${tool}_${s}.log
     timeout 280 compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-      '"$BUILD"'/tests/$s --run_test=@gpu --run_test=!@oom --log_level=test_suite --report_level=short >$log 2>&1
+      '"$BUILD"'/tests/$s --run_test=@gpu --run_test=!@oom --run_test=!@large --log_level=test_suite --report_level=short >$log 2>&1
     rc=$?
     errs=$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" $log)
     echo "  $tool $s rc=$rc ${errs}"' | sort | tee -a "$SUMMARY"

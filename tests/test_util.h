@@ -26,3 +26,7 @@ struct cuda_available {
 /// Added to a GPU case that provokes out-of-memory on purpose: compute-sanitizer reports the failed
 /// cudaMalloc as an API error, so bench/gpu_session.sh runs it without these (`--run_test=!@oom`).
 #define MT_OOM_TEST *boost::unit_test::label("oom")
+
+/// Added to a GPU case too large for compute-sanitizer's pace (a 4096³ GEMM under racecheck takes minutes):
+/// ctest runs it, bench/gpu_session.sh's sanitizer runs skip it (`--run_test=!@large`).
+#define MT_LARGE_TEST *boost::unit_test::label("large")
