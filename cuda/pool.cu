@@ -68,6 +68,21 @@ __global__ void __launch_bounds__(kNn2Threads) max_pool2d_fwd_kernel(T* __restri
   }
 }
 
+/// Calls f(oh·W_out + ow) for every window (oh, ow) that covers input pixel (ih, iw), with (oh, ow) ascending:
+/// the order the CPU's backward adds their contributions in (taps from the last to the first).
+template <class F>
+__device__ __forceinline__ void for_each_covering_window(int64_t ih, int64_t iw, const Nn2Planes& p, const Window2d& w,
+                                                         F&& f) {
+  for (int64_t kh = w.kernel[0] - 1; kh >= 0; --kh) {
+    const int64_t oh = nn2_output_of_tap(ih, kh, w.stride[0], w.padding[0], w.dilation[0], p.ho);
+    if (oh < 0) continue;
+    for (int64_t kw = w.kernel[1] - 1; kw >= 0; --kw) {
+      const int64_t ow = nn2_output_of_tap(iw, kw, w.stride[1], w.padding[1], w.dilation[1], p.wo);
+      if (ow >= 0) f(oh * p.wo + ow);
+    }
+  }
+}
+
 /// dx[n, c, ih, iw] = Σ of dy over the windows covering the pixel whose max it was (indices), visited with
 /// (oh, ow) ascending: the CPU's order, so the sum is bit-identical to it. Overwrites dx.
 template <class T>
@@ -80,16 +95,9 @@ __global__ void __launch_bounds__(kNn2Threads) max_pool2d_bwd_kernel(T* __restri
     const int64_t iw = i % p.w, ih = (i / p.w) % p.h, nc = i / (p.w * p.h);
     const int64_t at = ih * p.w + iw, plane = nc * p.ho * p.wo;
     M acc = M(0);
-    for (int64_t kh = w.kernel[0] - 1; kh >= 0; --kh) {
-      const int64_t oh = nn2_output_of_tap(ih, kh, w.stride[0], w.padding[0], w.dilation[0], p.ho);
-      if (oh < 0) continue;
-      for (int64_t kw = w.kernel[1] - 1; kw >= 0; --kw) {
-        const int64_t ow = nn2_output_of_tap(iw, kw, w.stride[1], w.padding[1], w.dilation[1], p.wo);
-        if (ow < 0) continue;
-        const int64_t o = plane + oh * p.wo + ow;
-        if (indices[o] == at) acc += static_cast<M>(dy[o]);
-      }
-    }
+    for_each_covering_window(ih, iw, p, w, [&](int64_t o) {
+      if (indices[plane + o] == at) acc += static_cast<M>(dy[plane + o]);
+    });
     dx[i] = convert<T>(acc);
   }
 }
@@ -129,16 +137,7 @@ __global__ void __launch_bounds__(kNn2Threads) avg_pool2d_bwd_kernel(T* __restri
     const int64_t iw = i % p.w, ih = (i / p.w) % p.h, nc = i / (p.w * p.h);
     const T* g = dy + nc * p.ho * p.wo;
     M acc = M(0);
-    // Taps from the last to the first visit the covering windows with (oh, ow) ascending: the CPU's order.
-    for (int64_t kh = w.kernel[0] - 1; kh >= 0; --kh) {
-      const int64_t oh = nn2_output_of_tap(ih, kh, w.stride[0], w.padding[0], w.dilation[0], p.ho);
-      if (oh < 0) continue;
-      for (int64_t kw = w.kernel[1] - 1; kw >= 0; --kw) {
-        const int64_t ow = nn2_output_of_tap(iw, kw, w.stride[1], w.padding[1], w.dilation[1], p.wo);
-        if (ow < 0) continue;
-        acc += static_cast<M>(g[oh * p.wo + ow]) / divisor;
-      }
-    }
+    for_each_covering_window(ih, iw, p, w, [&](int64_t o) { acc += static_cast<M>(g[o]) / divisor; });
     dx[i] = convert<T>(acc);
   }
 }
