@@ -25,7 +25,7 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
     std::string msg = e.what();
     BOOST_TEST_MESSAGE("error: " << msg);
     for (const auto& p : parts) BOOST_TEST(msg.find(p) != std::string::npos, "'" << p << "' not in: " << msg);
-    BOOST_TEST(std::regex_search(msg, std::regex(R"(\([a-z_/]+\.(cpp|h|cu):[0-9]+\)$)")),
+    BOOST_TEST(std::regex_search(msg, std::regex(R"(\([A-Za-z0-9_./-]+\.(cpp|h|cu):[0-9]+\)$)")),
                "no (file:line) at the end of: " << msg);
     return;
   } catch (const std::exception& e) {
