@@ -1,13 +1,22 @@
 // cuda/layer_norm.cu — layer norm forward and backward over the trailing normalized_numel elements.
 //
-// The one design idea: the threads that own a row (a warp for rows of up to
-// 1024 elements, a block of 256 or 512 threads for longer ones) reduce its
-// statistics in Acc — f32 for f16/bf16/f32 data, f64 for f64 — with
-// cub::WarpReduce / cub::BlockReduce, and every output element is rounded
-// once. The statistics are those of ops/cpu/nn.cpp: the mean summed relative
-// to the row's first element, then the biased variance from the squared
-// deviations (two sweeps of the row, the second from L1/L2), so f16 rows far
-// from 0 keep their precision.
+// The one design idea: a row lives in registers. The threads that own a row —
+// a warp for rows of up to 1024 elements, a block of 256 threads up to 8192, a
+// block of 1024 up to 32768 — each load all their 16-byte packs of it at once
+// (a compile-time number of packs per thread, every load issued before any is
+// used), reduce its statistics from registers in Acc (f32 for f16/bf16/f32
+// data) with cub::WarpReduce, and write the outputs from registers: each
+// input is read from DRAM once and each output written once. Every output
+// element is rounded once. The statistics are those of ops/cpu/nn.cpp: the
+// mean summed relative to the row's first element, then the biased variance
+// from the squared deviations (held in registers), so f16 rows far from 0 keep
+// their precision. The backward holds dy and x; where they would not fit the
+// 64 registers a thread of a 1024-thread block has, x waits in shared memory
+// instead, copied there by cp.async.
+//
+// Other rows — longer than 32768 elements, not a whole number of 16-byte packs,
+// buffers or parameters not aligned to 16 bytes, or f64 — take the strided
+// kernels, which sweep the row two or three times (again from L1/L2).
 //
 // dweight/dbias are column sums over rows. For rows of up to 8192 elements the
 // backward's dx kernel sums them too, per block in shared memory, while it
@@ -24,7 +33,8 @@
 #include <limits>
 #include <type_traits>
 
-#include <cub/block/block_reduce.cuh>
+#include <cuda_pipeline_primitives.h>
+
 #include <cub/util_ptx.cuh>
 #include <cub/warp/warp_reduce.cuh>
 
@@ -77,25 +87,35 @@ struct AddOp {
 };
 
 /// Reduces v over the kPerRow threads sharing a row (a warp, or the whole block) and returns it to all of them.
+/// Block form: every thread of the block must call it. Two levels of cub::WarpReduce: each warp's, then one warp
+/// over the kBlock / 32 partials (cub::BlockReduce's last level has thread 0 read all 32 partials at once,
+/// registers a 1024-thread kernel holding its row cannot spare). Two barriers, none trailing: a thread writes
+/// `part` or `result` again only past the next call's first barrier, which every reader of this call's has passed.
 template <int kPerRow, int kBlock, class V>
 __device__ __forceinline__ V row_sum(V v) {
   static_assert(kPerRow == kWarp || kPerRow == kBlock, "a row is owned by a warp or by a block");
+  constexpr int kWarps = kBlock / kWarp;
+  using WarpReduce = cub::WarpReduce<V>;
+  __shared__ typename WarpReduce::TempStorage tmp[kWarps];
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  const V r = WarpReduce(tmp[warp]).Reduce(v, AddOp{});  // valid in lane 0
+  __syncwarp();  // tmp is reused by the warp's next reduction
   if constexpr (kPerRow == kWarp) {
-    using WarpReduce = cub::WarpReduce<V>;
-    __shared__ typename WarpReduce::TempStorage tmp[kBlock / kWarp];
-    const V r = WarpReduce(tmp[threadIdx.x / kWarp]).Reduce(v, AddOp{});
-    __syncwarp();
     return cub::ShuffleIndex<kWarp>(r, 0, 0xffffffffu);
   } else {
-    using BlockReduce = cub::BlockReduce<V, kBlock>;
-    __shared__ typename BlockReduce::TempStorage tmp;
+    static_assert(kWarps > 1 && kWarps <= kWarp && (kWarps & (kWarps - 1)) == 0, "blocks of 64 to 1024 threads");
+    using PartReduce = cub::WarpReduce<V, kWarps>;
+    __shared__ typename PartReduce::TempStorage part_tmp;
+    __shared__ V part[kWarps];
     __shared__ V result;
-    const V r = BlockReduce(tmp).Reduce(v, AddOp{});
-    if (threadIdx.x == 0) result = r;
+    if (lane == 0) part[warp] = r;
     __syncthreads();
-    const V out = result;
-    __syncthreads();  // tmp and result are reused by the next reduction
-    return out;
+    if (static_cast<int>(threadIdx.x) < kWarps) {
+      const V total = PartReduce(part_tmp).Reduce(part[threadIdx.x], AddOp{});
+      if (threadIdx.x == 0) result = total;
+    }
+    __syncthreads();
+    return result;
   }
 }
 
@@ -116,18 +136,173 @@ __device__ __forceinline__ void for_my_elements(const T* row, int C, int t, bool
   }
 }
 
+// ---- rows held in registers ------------------------------------------------------------------
+
+/// The most 16-byte packs of T a thread holds of one row: 32 elements (32 registers of f32 data).
+template <class T>
+constexpr int kMaxPacks = sizeof(T) == 4 ? 8 : 4;
+
+/// Whether pack k of thread t lies in a row of n packs. The launchers pick kPacks, a power of two, as the smallest
+/// that holds the row (with_packs), so n > kPerRow·kPacks / 2 and the first half of the packs needs no test.
+template <int kPerRow, int kPacks>
+__device__ __forceinline__ bool has_pack(int k, int t, int n) {
+  return k < kPacks / 2 || t + k * kPerRow < n;
+}
+
+/// Thread t's share of a row of n packs: p[k] = row[t + k·kPerRow], zero past the row's end. All kPacks loads are
+/// issued before any is used, so a thread has its whole share of the row in flight at once.
+template <int kPerRow, int kPacks, class P>
+__device__ __forceinline__ void load_row(P (&p)[kPacks], const P* __restrict__ row, int t, int n) {
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) p[k] = has_pack<kPerRow, kPacks>(k, t, n) ? row[t + k * kPerRow] : P{};
+}
+
+/// load_row into shared memory instead of registers, for packs kFrom… of kPacks: stash[(k − kFrom)·kPerRow + t] =
+/// row[t + k·kPerRow], by cp.async (no registers held while in flight). A thread reads back only its own packs,
+/// so __pipeline_wait_prior(0) is all it needs before reading them.
+template <int kPerRow, int kPacks, int kFrom = 0, class P>
+__device__ __forceinline__ void stash_row(P* stash, const P* __restrict__ row, int t, int n) {
+#pragma unroll
+  for (int k = kFrom; k < kPacks; ++k)
+    if (has_pack<kPerRow, kPacks>(k, t, n))
+      __pipeline_memcpy_async(&stash[(k - kFrom) * kPerRow + t], &row[t + k * kPerRow], sizeof(P));
+  __pipeline_commit();
+}
+
+/// Keeps the compiler from moving loads across it. Without it the parameter loads of all kPacks packs are hoisted
+/// to the top of the loop that uses them — kPacks·V more live registers than a 1024-thread kernel (64 a thread)
+/// has, with its row already in registers: ptxas spilled.
+__device__ __forceinline__ void one_pack_at_a_time() { asm volatile("" ::: "memory"); }
+
+/// The V per-column parameters of pack i (columns i·V …) as V / 4 16-byte loads (p is 16-byte aligned); all
+/// `value` where p is null or `load` is false.
+template <int V>
+__device__ __forceinline__ void load_params(float (&out)[V], const float* __restrict__ p, int i, bool load,
+                                            float value) {
+  static_assert(V % 4 == 0, "16-byte vectors of f32");
+#pragma unroll
+  for (int h = 0; h < V / 4; ++h) {
+    Pack<float, 4> q{{value, value, value, value}};
+    if (p && load) q = reinterpret_cast<const Pack<float, 4>*>(p)[i * (V / 4) + h];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out[4 * h + e] = q.v[e];
+  }
+}
+
 // ---- forward --------------------------------------------------------------------------------
 
-/// y = (x − mean)·rstd·w + b per row; mean/rstd (rows) written too. Overwrites y, mean, rstd.
-/// `vec`: M is a multiple of kVec<T> and x, y are 16-byte aligned.
+/// y = (x − mean)·rstd·w + b per row of M = n·kVec<T> elements, kPerRow·kPacks / 2 < n <= kPerRow·kPacks; mean/rstd
+/// (rows) written too. x, y, weight and bias 16-byte aligned. Overwrites y, mean, rstd.
+///
+/// The last kStashed of a thread's packs wait in dynamic shared memory (kStashed·kBlock packs) rather than in
+/// registers, and are read from there in each of the three steps: a 1024-thread block holding 32 elements a thread
+/// in registers has no room left for the weight and bias of the last step (ptxas spilled, whatever the order).
+template <class T, int kPerRow, int kBlock, int kPacks, int kStashed>
+__global__ void __launch_bounds__(kBlock, 1)
+    layer_norm_fwd_kernel(const T* __restrict__ x,           // (rows, M)
+                          const float* __restrict__ weight,  // (M) or null
+                          const float* __restrict__ bias,    // (M) or null
+                          T* __restrict__ y,                 // (rows, M)
+                          float* __restrict__ mean,          // (rows)
+                          float* __restrict__ rstd,          // (rows)
+                          int64_t rows, int M, float eps) {
+  using Acc = float;
+  using P = Pack<T, kVec<T>>;
+  constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>, kHeld = kPacks - kStashed;
+  static_assert(kStashed == 0 || (kPerRow == kBlock && kStashed <= kPacks / 2), "stash the tested half of a block's");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  P* const stash = reinterpret_cast<P*>(smem_raw);  // (kStashed, kBlock)
+  const int t = static_cast<int>(threadIdx.x) % kPerRow, n = M / V;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const T* xr = x + row * M;
+    const auto* xv = reinterpret_cast<const P*>(xr);
+    if constexpr (kStashed > 0) stash_row<kPerRow, kPacks, kHeld>(stash, xv, t, n);
+    P p[kHeld];
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k) p[k] = has_pack<kPerRow, kPacks>(k, t, n) ? xv[t + k * kPerRow] : P{};
+    const Acc x0 = static_cast<Acc>(xr[0]);
+    if constexpr (kStashed > 0) __pipeline_wait_prior(0);
+    auto stashed = [&](int k) { return stash[(k - kHeld) * kPerRow + t]; };
+    // Past the row's end a pack adds 0: selects for the packs in registers (branches around unrolled arithmetic
+    // cost live predicates and registers), a branch around a shared-memory read for the stashed ones.
+    Acc s = 0;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const bool in = has_pack<kPerRow, kPacks>(k, t, n);
+      if (k >= kHeld && !in) continue;
+      const P q = k < kHeld ? p[k] : stashed(k);
+#pragma unroll
+      for (int e = 0; e < V; ++e) s += in ? static_cast<Acc>(q.v[e]) - x0 : Acc(0);
+    }
+    const Acc mu = x0 + row_sum<kPerRow, kBlock>(s) / static_cast<Acc>(M);
+    Acc d[kHeld][V], q = 0;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const bool in = has_pack<kPerRow, kPacks>(k, t, n);
+      if (k < kHeld) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          d[k][e] = static_cast<Acc>(p[k].v[e]) - mu;
+          q += in ? d[k][e] * d[k][e] : Acc(0);
+        }
+      } else if (in) {
+        const P xs = stashed(k);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const Acc de = static_cast<Acc>(xs.v[e]) - mu;
+          q += de * de;
+        }
+      }
+    }
+    const Acc var = row_sum<kPerRow, kBlock>(q) / static_cast<Acc>(M);  // biased, like PyTorch
+    const Acc rs = Acc(1) / math::detail::sqrt(var + eps);
+    if (t == 0) {
+      mean[row] = mu;
+      rstd[row] = rs;
+    }
+    auto* yv = reinterpret_cast<P*>(y + row * M);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+      if (has_pack<kPerRow, kPacks>(k, t, n)) {
+        one_pack_at_a_time();
+        const int i = t + k * kPerRow;
+        Acc w[V], b[V], dk[V];
+        if (k < kHeld) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) dk[e] = d[k < kHeld ? k : 0][e];
+        } else {
+          const P xs = stashed(k);
+#pragma unroll
+          for (int e = 0; e < V; ++e) dk[e] = static_cast<Acc>(xs.v[e]) - mu;
+        }
+        load_params(w, weight, i, true, Acc(1));
+        load_params(b, bias, i, true, Acc(0));
+        P o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          Acc r = dk[e] * rs;
+          if (weight) r *= w[e];
+          if (bias) r += b[e];
+          o.v[e] = convert<T>(r);
+        }
+        yv[i] = o;
+      }
+  }
+}
+
+/// The strided form of layer_norm_fwd_kernel, for any row: two sweeps for the statistics and one to write.
+/// `vec`: M is a multiple of kVec<T> and x, y are 16-byte aligned. Overwrites y, mean, rstd.
+
 template <class T, int kPerRow, int kBlock>
-__global__ void __launch_bounds__(kBlock) layer_norm_fwd_kernel(const T* __restrict__ x,              // (rows, M)
-                                                                const acc_t<T>* __restrict__ weight,  // (M) or null
-                                                                const acc_t<T>* __restrict__ bias,    // (M) or null
-                                                                T* __restrict__ y,                    // (rows, M)
-                                                                acc_t<T>* __restrict__ mean,          // (rows)
-                                                                acc_t<T>* __restrict__ rstd,          // (rows)
-                                                                int64_t rows, int M, acc_t<T> eps, bool vec) {
+__global__ void __launch_bounds__(kBlock)
+    layer_norm_fwd_strided_kernel(const T* __restrict__ x,              // (rows, M)
+                                  const acc_t<T>* __restrict__ weight,  // (M) or null
+                                  const acc_t<T>* __restrict__ bias,    // (M) or null
+                                  T* __restrict__ y,                    // (rows, M)
+                                  acc_t<T>* __restrict__ mean,          // (rows)
+                                  acc_t<T>* __restrict__ rstd,          // (rows)
+                                  int64_t rows, int M, acc_t<T> eps, bool vec) {
   using Acc = acc_t<T>;
   constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
   const int t = static_cast<int>(threadIdx.x) % kPerRow;
@@ -175,21 +350,132 @@ __global__ void __launch_bounds__(kBlock) layer_norm_fwd_kernel(const T* __restr
 
 // ---- backward -------------------------------------------------------------------------------
 
-/// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) per row, g = dy·w, x̂ = (x − mean)·rstd. Overwrites dx.
+/// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) per row, g = dy·w, x̂ = (x − mean)·rstd, for rows of M = n·kVec<T>
+/// elements, kPerRow·kPacks / 2 < n <= kPerRow·kPacks; dy, x, dx and weight 16-byte aligned. Overwrites dx.
+/// With kStash, x waits in dynamic shared memory (kPacks·kBlock packs) rather than registers.
+///
+/// With kColumns (the fused path; never with kStash), each block also sums dweight (Σ dy·x̂) and dbias (Σ dy) of
+/// its rows per column in shared memory — one (dweight, dbias) pair of M-rows per row owner (warp or block), so a
+/// column's slot is only ever touched by the one thread whose elements it holds — and writes them, summed over its
+/// row owners in order, as row blockIdx.x of part (gridDim.x, 2, M). A template parameter rather than a null test,
+/// so the kernels without it carry none of its registers.
+template <class T, int kPerRow, int kBlock, int kPacks, bool kStash, bool kColumns>
+__global__ void __launch_bounds__(kBlock, 1)
+    layer_norm_bwd_dx_kernel(const T* __restrict__ dy,          // (rows, M)
+                             const T* __restrict__ x,           // (rows, M)
+                             const float* __restrict__ mean,    // (rows)
+                             const float* __restrict__ rstd,    // (rows)
+                             const float* __restrict__ weight,  // (M) or null
+                             T* __restrict__ dx,                // (rows, M)
+                             float* __restrict__ part,          // (grid, 2, M) if kColumns
+                             int64_t rows, int M) {
+  using Acc = float;
+  using P = Pack<T, kVec<T>>;
+  constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
+  static_assert(!kStash || kPerRow == kBlock, "a stash holds the packs of one row per block");
+  static_assert(!(kStash && kColumns), "the stash and the columns share the dynamic shared memory");
+  const int t = static_cast<int>(threadIdx.x) % kPerRow, n = M / V;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  P* const stash = reinterpret_cast<P*>(smem_raw);  // (kPacks, kBlock) when kStash
+  // (kRowsPerBlock, 2, M) when part: this row owner's dweight and dbias columns. Column j's slot: a thread holds
+  // V neighbouring columns, so lanes would hit the same banks V at a time; slot (j mod V, j / V) puts a warp's
+  // lanes on consecutive words for each of its V columns.
+  Acc* const cols = reinterpret_cast<Acc*>(smem_raw) + static_cast<int64_t>(threadIdx.x / kPerRow) * 2 * M;
+  if constexpr (kColumns) {
+    for (int j = t; j < 2 * M; j += kPerRow) cols[j] = Acc(0);
+    __syncthreads();
+  }
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const int64_t off = row * M;
+    P g[kPacks], p[kPacks];
+    if constexpr (kStash) stash_row<kPerRow, kPacks>(stash, reinterpret_cast<const P*>(x + off), t, n);
+    // Padded with 0 (and so is the weight): a pad adds g·w = 0 and 0·x̂ to the sums, whatever x̂ (x̂ is finite
+    // unless mean or rstd is not, and then the row's sums are NaN already).
+    load_row<kPerRow>(g, reinterpret_cast<const P*>(dy + off), t, n);
+    if constexpr (kStash) {
+      __pipeline_wait_prior(0);
+    } else {
+      load_row<kPerRow>(p, reinterpret_cast<const P*>(x + off), t, n);
+    }
+    auto x_pack = [&](int k) -> P {
+      if constexpr (kStash) return stash[k * kPerRow + t];
+      else return p[k];
+    };
+    const Acc mu = mean[row], rs = rstd[row];
+    Sum2<Acc> s{0, 0};
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const bool in = has_pack<kPerRow, kPacks>(k, t, n);
+      if constexpr (kStash) {
+        if (!in) continue;
+      }
+      one_pack_at_a_time();
+      const P xp = x_pack(k);
+      Acc w[V];
+      load_params(w, weight, t + k * kPerRow, in, Acc(0));
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const Acc gj = weight ? mul_rn(static_cast<Acc>(g[k].v[e]), w[e]) : static_cast<Acc>(g[k].v[e]);
+        s.a += gj;
+        s.b += gj * ((static_cast<Acc>(xp.v[e]) - mu) * rs);
+      }
+    }
+    s = row_sum<kPerRow, kBlock>(s);
+    const Acc mg = s.a / static_cast<Acc>(M), mgx = s.b / static_cast<Acc>(M);
+    auto* dv = reinterpret_cast<P*>(dx + off);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+      if (has_pack<kPerRow, kPacks>(k, t, n)) {
+        one_pack_at_a_time();
+        const int i = t + k * kPerRow;
+        const P xp = x_pack(k);
+        Acc w[V];
+        load_params(w, weight, i, true, Acc(1));
+        P o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const Acc gv = static_cast<Acc>(g[k].v[e]), xhat = (static_cast<Acc>(xp.v[e]) - mu) * rs;
+          if constexpr (kColumns) {
+            const int slot = e * n + i;
+            cols[slot] += gv * xhat;
+            cols[M + slot] += gv;
+          }
+          o.v[e] = convert<T>(rs * ((weight ? mul_rn(gv, w[e]) : gv) - mg - xhat * mgx));
+        }
+        dv[i] = o;
+      }
+  }
+  if constexpr (!kColumns) return;
+  __syncthreads();
+  const Acc* all = reinterpret_cast<const Acc*>(smem_raw);
+  Acc* out = part + static_cast<int64_t>(blockIdx.x) * 2 * M;
+  for (int j = static_cast<int>(threadIdx.x); j < 2 * M; j += kBlock) {
+    const int c = j < M ? j : j - M, k = (j < M ? 0 : M) + (c % V) * n + c / V;
+    Acc sum = 0;
+#pragma unroll
+    for (int owner = 0; owner < kRowsPerBlock; ++owner) sum += all[static_cast<int64_t>(owner) * 2 * M + k];
+    out[j] = sum;
+  }
+}
+
+/// The strided form of layer_norm_bwd_dx_kernel, for any row: one sweep for the sums and one to write.
+/// `vec`: M is a multiple of kVec<T> and dy, x, dx are 16-byte aligned. Overwrites dx.
 ///
 /// With `part` set (the fused path), each block also sums dweight (Σ dy·x̂) and dbias (Σ dy) of its rows per
 /// column in shared memory — one (dweight, dbias) pair of M-rows per row owner (warp or block), so a column's
 /// slot is only ever touched by the one thread whose elements it holds — and writes them, summed over its
 /// warps in order, as row blockIdx.x of part (gridDim.x, 2, M). The columns never need a second read of dy and x.
 template <class T, int kPerRow, int kBlock>
-__global__ void __launch_bounds__(kBlock) layer_norm_bwd_dx_kernel(const T* __restrict__ dy,            // (rows, M)
-                                                                   const T* __restrict__ x,             // (rows, M)
-                                                                   const acc_t<T>* __restrict__ mean,   // (rows)
-                                                                   const acc_t<T>* __restrict__ rstd,   // (rows)
-                                                                   const acc_t<T>* __restrict__ weight,  // (M) or null
-                                                                   T* __restrict__ dx,                  // (rows, M)
-                                                                   acc_t<T>* __restrict__ part,         // (grid, 2, M) or null
-                                                                   int64_t rows, int M, bool vec) {
+__global__ void __launch_bounds__(kBlock)
+    layer_norm_bwd_dx_strided_kernel(const T* __restrict__ dy,             // (rows, M)
+                                     const T* __restrict__ x,              // (rows, M)
+                                     const acc_t<T>* __restrict__ mean,    // (rows)
+                                     const acc_t<T>* __restrict__ rstd,    // (rows)
+                                     const acc_t<T>* __restrict__ weight,  // (M) or null
+                                     T* __restrict__ dx,                   // (rows, M)
+                                     acc_t<T>* __restrict__ part,          // (grid, 2, M) or null
+                                     int64_t rows, int M, bool vec) {
   using Acc = acc_t<T>;
   constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
   const int t = static_cast<int>(threadIdx.x) % kPerRow;
@@ -347,15 +633,63 @@ int64_t resident_blocks(Kernel kernel, int block, size_t smem, int device) {
   return static_cast<int64_t>(per_sm) * ::mixtape::cuda::multiprocessor_count(device);
 }
 
-/// Rows of up to 1024 elements: a warp each, 8 per block; up to 8192: a block of 256; longer: a block of 512
-/// (two such blocks fit an SM at <= 64 registers a thread, so one block's reduction overlaps the other's loads).
+/// Launches `kernel` with kPerRow threads per row, blocks of kBlock threads and `smem` bytes of dynamic shared
+/// memory (above 48 KiB a kernel must ask for it first).
 template <int kPerRow, int kBlock, class Kernel, class... Args>
-void launch_rows(Kernel kernel, const char* name, int64_t rows, int64_t M, Args... args) {
+void launch_rows(Kernel kernel, const char* name, int64_t rows, int64_t M, size_t smem, Args... args) {
   constexpr int kRowsPerBlock = kBlock / kPerRow;
   const int64_t blocks = std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxGrid);
-  kernel<<<static_cast<unsigned>(blocks), kBlock, 0, ::mixtape::cuda::launch_stream()>>>(args...);
+  if (smem > 48 * 1024)
+    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                  name, ": asking for ", smem, " bytes of shared memory (rows of ", M, ")");
+  kernel<<<static_cast<unsigned>(blocks), kBlock, smem, ::mixtape::cuda::launch_stream()>>>(args...);
   MT_CUDA_CHECK_LAUNCH(name, " (", rows, " rows of ", M, ")");
 }
+
+/// kPerRow threads a row, blocks of kBlock: a strided kernel's shape.
+template <int kPerRow, int kBlock>
+struct RowThreads {
+  static constexpr int per_row = kPerRow, block = kBlock;
+};
+
+/// The register kernels' shape for one row length: RowThreads, and kPacks packs a thread.
+template <int kPerRow, int kBlock, int kPacks>
+struct RowConfig : RowThreads<kPerRow, kBlock> {
+  static constexpr int packs = kPacks;
+};
+
+/// f(RowConfig<kPerRow, kBlock, kP>{}) for the smallest power of two kP in [kPacks, kMax] with kPerRow·kP >= n.
+template <int kPerRow, int kBlock, int kPacks, int kMax, class F>
+void with_packs(int64_t n, F& f) {
+  if constexpr (kPacks < kMax) {
+    if (n > static_cast<int64_t>(kPerRow) * kPacks) return with_packs<kPerRow, kBlock, 2 * kPacks, kMax>(n, f);
+  }
+  f(RowConfig<kPerRow, kBlock, kPacks>{});
+}
+
+/// Calls f(RowConfig<…>{}) for rows of n 16-byte packs of T held in registers — a warp a row (8 rows a block) up to
+/// 1024 elements, a block of 256 up to 8192, of 1024 up to 32768 (64 registers a thread), kMaxPacks<T> packs a
+/// thread at most — and returns true; false, without a call, for longer rows.
+template <class T, class F>
+bool with_row_config(int64_t n, F&& f) {
+  constexpr int kMax = kMaxPacks<T>;
+  if (n <= kWarp * kMax) with_packs<kWarp, 256, 1, kMax>(n, f);
+  else if (n <= 256 * kMax) with_packs<256, 256, std::max(1, kMax / 4), kMax>(n, f);
+  else if (n <= 1024 * kMax) with_packs<1024, 1024, kMax / 2, kMax>(n, f);
+  else return false;
+  return true;
+}
+
+/// How many of its packs a thread of a configuration's forward keeps in shared memory: the upper half where a
+/// thread of a 1024-thread block holds 32 elements (32 f32 deviations), which leave no registers for the weight
+/// and bias (ptxas spilled the f32 and the f16/bf16 kernels).
+template <class T, class Cfg>
+constexpr int kFwdStashed = Cfg::block == 1024 && Cfg::packs * kVec<T> >= 32 ? Cfg::packs / 2 : 0;
+
+/// Whether the backward of a configuration keeps x in shared memory: dy and x of kPacks packs (4 registers each)
+/// would take 32 or more of the 64 registers a 1024-thread block allows.
+template <class Cfg>
+constexpr bool kStashes = Cfg::block == 1024 && 2 * Cfg::packs * 4 >= 32;
 
 /// `t` (undefined allowed) as a contiguous Acc tensor: the per-column parameters.
 template <class Acc>
@@ -389,17 +723,32 @@ LayerNormResult layer_norm(const Tensor& x_in, int64_t normalized_numel, const T
     DeviceGuard guard(x.device());
     const T* xp = x.data<T>();
     T* yp = r.y.data<T>();
+    const Acc *wp = data_or_null<Acc>(w), *bp = data_or_null<Acc>(b);
+    Acc *mp = r.mean.data<Acc>(), *rp = r.rstd.data<Acc>();
     const bool vec = M % kVec<T> == 0 && aligned(xp, 16) && aligned(yp, 16);
-    auto args = [&](auto launch) {
-      launch(xp, data_or_null<Acc>(w), data_or_null<Acc>(b), yp, r.mean.data<Acc>(), r.rstd.data<Acc>(), rows,
-             static_cast<int>(M), static_cast<Acc>(eps), vec);
+    if constexpr (std::is_same_v<Acc, float>) {
+      const bool params_vec = (!wp || aligned(wp, 16)) && (!bp || aligned(bp, 16));
+      if (vec && params_vec && with_row_config<T>(M / kVec<T>, [&](auto cfg) {
+            using Cfg = decltype(cfg);
+            constexpr int kStashed = kFwdStashed<T, Cfg>;
+            const size_t smem = sizeof(Pack<T, kVec<T>>) * kStashed * Cfg::block;
+            const auto kernel = layer_norm_fwd_kernel<T, Cfg::per_row, Cfg::block, Cfg::packs, kStashed>;
+            launch_rows<Cfg::per_row, Cfg::block>(kernel, op, rows, M, smem, xp, wp, bp, yp, mp, rp, rows,
+                                                  static_cast<int>(M), static_cast<Acc>(eps));
+          }))
+        return;
+    }
+    auto strided = [&](auto cfg, auto kernel) {
+      using Cfg = decltype(cfg);
+      launch_rows<Cfg::per_row, Cfg::block>(kernel, op, rows, M, 0, xp, wp, bp, yp, mp, rp, rows, static_cast<int>(M),
+                                            static_cast<Acc>(eps), vec);
     };
     if (M <= 1024)
-      args([&](auto... a) { launch_rows<kWarp, 256>(layer_norm_fwd_kernel<T, kWarp, 256>, op, rows, M, a...); });
+      strided(RowThreads<kWarp, 256>{}, layer_norm_fwd_strided_kernel<T, kWarp, 256>);
     else if (M <= 8192)
-      args([&](auto... a) { launch_rows<256, 256>(layer_norm_fwd_kernel<T, 256, 256>, op, rows, M, a...); });
+      strided(RowThreads<256, 256>{}, layer_norm_fwd_strided_kernel<T, 256, 256>);
     else
-      args([&](auto... a) { launch_rows<512, 512>(layer_norm_fwd_kernel<T, 512, 512>, op, rows, M, a...); });
+      strided(RowThreads<512, 512>{}, layer_norm_fwd_strided_kernel<T, 512, 512>);
   });
   return r;
 }
@@ -432,20 +781,25 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     const Acc* mp = mean_t.data<Acc>();
     const Acc* rp = rstd_t.data<Acc>();
     T* dxp = g.dx.data<T>();
+    const Acc* wp = data_or_null<Acc>(w);
     const bool vec = M % kVec<T> == 0 && aligned(gp, 16) && aligned(xp, 16) && aligned(dxp, 16);
+    // The register kernels: f32 statistics, 16-byte packs of the row and of the weight, rows of up to 32768.
+    const bool regs = std::is_same_v<Acc, float> && vec && (!wp || aligned(wp, 16)) &&
+                      M <= 1024 * static_cast<int64_t>(kMaxPacks<T>) * kVec<T>;
     const bool want_params = want_w || bias_defined;
     const auto acc = TensorOptions(acc_dtype_v<Acc>).device(device);
     auto to_param = [&](const Tensor& sum) { return raw::to(sum, param_dtype); };  // one rounding to their dtype
 
     // Rows of up to kFusedMaxM elements: the dx kernel sums the parameter columns in shared memory as well.
     if (want_params && M <= kFusedMaxM) {
-      auto fused = [&](auto kernel, int rows_per_block, int block) {
+      // launch(kernel, rows_per_block, block, trailing args of the kernel after (rows, M)).
+      auto fused = [&](auto kernel, int rows_per_block, int block, auto... more) {
         const size_t smem = static_cast<size_t>(rows_per_block) * 2 * static_cast<size_t>(M) * sizeof(Acc);
         const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block,
                                                  resident_blocks(kernel, block, smem, device.index));
         const Tensor part = empty({blocks, 2, M}, acc);
         kernel<<<static_cast<unsigned>(blocks), block, smem, ::mixtape::cuda::launch_stream()>>>(
-            gp, xp, mp, rp, data_or_null<Acc>(w), dxp, part.data<Acc>(), rows, static_cast<int>(M), vec);
+            gp, xp, mp, rp, wp, dxp, part.data<Acc>(), rows, static_cast<int>(M), more...);
         MT_CUDA_CHECK_LAUNCH(op, " with parameter columns (", rows, " rows of ", M, ", ", smem, " bytes of shared memory)");
         Tensor dw_sum = want_w ? empty(param_shape, acc) : Tensor();
         Tensor db_sum = bias_defined ? empty(param_shape, acc) : Tensor();
@@ -457,21 +811,47 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
         if (want_w) g.dweight = to_param(dw_sum);
         if (bias_defined) g.dbias = to_param(db_sum);
       };
-      if (M <= 1024) fused(layer_norm_bwd_dx_kernel<T, kWarp, 256>, 256 / kWarp, 256);
-      else fused(layer_norm_bwd_dx_kernel<T, 256, 256>, 1, 256);
+      if constexpr (std::is_same_v<Acc, float>) {
+        if (regs) {
+          with_row_config<T>(M / kVec<T>, [&](auto cfg) {
+            using Cfg = decltype(cfg);
+            if constexpr (Cfg::block < 1024)  // rows of up to kFusedMaxM never take a 1024-thread block
+              fused(layer_norm_bwd_dx_kernel<T, Cfg::per_row, Cfg::block, Cfg::packs, false, true>,
+                    Cfg::block / Cfg::per_row, Cfg::block);
+          });
+          return;
+        }
+      }
+      if (M <= 1024) fused(layer_norm_bwd_dx_strided_kernel<T, kWarp, 256>, 256 / kWarp, 256, vec);
+      else fused(layer_norm_bwd_dx_strided_kernel<T, 256, 256>, 1, 256, vec);
       return;
     }
 
     Acc* const no_part = nullptr;
-    auto args = [&](auto launch) {
-      launch(gp, xp, mp, rp, data_or_null<Acc>(w), dxp, no_part, rows, static_cast<int>(M), vec);
-    };
-    if (M <= 1024)
-      args([&](auto... a) { launch_rows<kWarp, 256>(layer_norm_bwd_dx_kernel<T, kWarp, 256>, op, rows, M, a...); });
-    else if (M <= 8192)
-      args([&](auto... a) { launch_rows<256, 256>(layer_norm_bwd_dx_kernel<T, 256, 256>, op, rows, M, a...); });
-    else
-      args([&](auto... a) { launch_rows<512, 512>(layer_norm_bwd_dx_kernel<T, 512, 512>, op, rows, M, a...); });
+    bool done = false;
+    if constexpr (std::is_same_v<Acc, float>) {
+      done = regs && with_row_config<T>(M / kVec<T>, [&](auto cfg) {
+        using Cfg = decltype(cfg);
+        constexpr bool kStash = kStashes<Cfg>;
+        const size_t smem = kStash ? sizeof(Pack<T, kVec<T>>) * Cfg::packs * Cfg::block : 0;
+        const auto kernel = layer_norm_bwd_dx_kernel<T, Cfg::per_row, Cfg::block, Cfg::packs, kStash, false>;
+        launch_rows<Cfg::per_row, Cfg::block>(kernel, op, rows, M, smem, gp, xp, mp, rp, wp, dxp, no_part, rows,
+                                              static_cast<int>(M));
+      });
+    }
+    if (!done) {
+      auto strided = [&](auto cfg, auto kernel) {
+        using Cfg = decltype(cfg);
+        launch_rows<Cfg::per_row, Cfg::block>(kernel, op, rows, M, 0, gp, xp, mp, rp, wp, dxp, no_part, rows,
+                                              static_cast<int>(M), vec);
+      };
+      if (M <= 1024)
+        strided(RowThreads<kWarp, 256>{}, layer_norm_bwd_dx_strided_kernel<T, kWarp, 256>);
+      else if (M <= 8192)
+        strided(RowThreads<256, 256>{}, layer_norm_bwd_dx_strided_kernel<T, 256, 256>);
+      else
+        strided(RowThreads<512, 512>{}, layer_norm_bwd_dx_strided_kernel<T, 512, 512>);
+    }
 
     if (!want_params) return;
     // Longer rows: a second pass over dy and x sums the parameter columns, chunks of rows at a time (enough

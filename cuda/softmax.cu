@@ -1,19 +1,22 @@
 // cuda/softmax.cu — softmax and log_softmax, forward and backward, along any dim.
 //
-// The one design idea: a row's statistics are reduced by the threads that own
-// the row — a warp for rows of up to 1024 elements, a whole block (256 or 512
-// threads) for longer ones — in Acc (f32 for f16/bf16/f32 data, f64 when f64
-// is involved), whatever the input and output dtypes, and every output element
-// is rounded once (STYLE.md §2; ops/cpu/nn.cpp is the reference).
+// The one design idea: a row lives in registers. The threads that own a row —
+// a warp for rows of up to 1024 elements, a block of 256 threads up to 8192, a
+// block of 1024 up to 32768 — each load all their 16-byte packs of it at once
+// (llm.c's Packed128; a compile-time number of packs per thread, every load
+// issued before any is used), reduce its statistics from registers in Acc (f32
+// for f16/bf16/f32 data) with cub::WarpReduce / cub::BlockReduce, and write
+// the outputs from registers: each input is read from DRAM once and each
+// output written once, with one exp per element. Every output element is
+// rounded once (STYLE.md §2; ops/cpu/nn.cpp is the reference). The backward
+// holds two inputs; where they would not fit 64 registers a thread (f32 rows
+// of more than 16384 elements), y waits in shared memory instead, copied there
+// by cp.async without passing through registers.
 //
-// Forward is an online softmax: each thread keeps a running (max, Σ exp(x −
-// max)) over its strided share of the row, the pairs are merged with
-// cub::WarpReduce / cub::BlockReduce, and a second sweep writes the outputs.
-// The data is read from DRAM once: the second sweep re-reads a row its group
-// has just read, from L1/L2 (512-thread blocks keep at most 2 rows of 128
-// KiB per SM in flight for 32K-element f32 rows, well inside an H100's L2).
-// Rows whose length is a multiple of 16 bytes of data and whose buffers are
-// aligned move as 16-byte vectors (llm.c's Packed128).
+// Other rows — longer than 32768 elements, not a whole number of 16-byte packs,
+// buffers not aligned to 16 bytes, or f64 anywhere — take the strided kernels:
+// an online (max, Σ exp) sweep, then a second sweep that re-reads the row from
+// L1/L2 to write it.
 //
 // Rows along the last dim are contiguous. Along another dim, x is viewed as
 // (outer, C, inner): with enough (outer, inner) columns a thread walks one
@@ -26,6 +29,8 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+
+#include <cuda_pipeline_primitives.h>
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/util_ptx.cuh>
@@ -118,37 +123,210 @@ struct MergeMaxSum {
 };
 
 /// Reduces v over the kPerRow threads that share a row (a warp, or the whole block when kPerRow == kBlock) and
-/// returns the result to all of them. Block form: every thread of the block must call it.
+/// returns the result to all of them. Block form: every thread of the block must call it. Two levels of
+/// cub::WarpReduce: each warp's, then one warp over the kBlock / 32 partials (cub::BlockReduce's last level has
+/// thread 0 read all 32 partials at once, registers a 1024-thread kernel holding its row cannot spare). Two
+/// barriers, none trailing: a thread writes `part` or `result` again only past the next call's barrier, which
+/// every reader of this call's values has passed.
 template <int kPerRow, int kBlock, class V, class Op>
 __device__ __forceinline__ V row_all_reduce(V v, Op op) {
   static_assert(kPerRow == kWarp || kPerRow == kBlock, "a row is owned by a warp or by a block");
+  constexpr int kWarps = kBlock / kWarp;
+  using WarpReduce = cub::WarpReduce<V>;
+  __shared__ typename WarpReduce::TempStorage tmp[kWarps];
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  const V r = WarpReduce(tmp[warp]).Reduce(v, op);  // valid in lane 0
+  __syncwarp();  // tmp is reused by the warp's next reduction
   if constexpr (kPerRow == kWarp) {
-    using WarpReduce = cub::WarpReduce<V>;
-    __shared__ typename WarpReduce::TempStorage tmp[kBlock / kWarp];
-    const V r = WarpReduce(tmp[threadIdx.x / kWarp]).Reduce(v, op);
-    __syncwarp();  // tmp is reused by the warp's next row
     return cub::ShuffleIndex<kWarp>(r, 0, 0xffffffffu);
   } else {
-    using BlockReduce = cub::BlockReduce<V, kBlock>;
-    __shared__ typename BlockReduce::TempStorage tmp;
+    static_assert(kWarps > 1 && kWarps <= kWarp && (kWarps & (kWarps - 1)) == 0, "blocks of 64 to 1024 threads");
+    using PartReduce = cub::WarpReduce<V, kWarps>;
+    __shared__ typename PartReduce::TempStorage part_tmp;
+    __shared__ V part[kWarps];
     __shared__ V result;
-    const V r = BlockReduce(tmp).Reduce(v, op);  // valid in thread 0
-    if (threadIdx.x == 0) result = r;
+    if (lane == 0) part[warp] = r;
     __syncthreads();
-    const V out = result;
-    __syncthreads();  // tmp and result are reused by the block's next row
-    return out;
+    if (static_cast<int>(threadIdx.x) < kWarps) {
+      const V total = PartReduce(part_tmp).Reduce(part[threadIdx.x], op);
+      if (threadIdx.x == 0) result = total;
+    }
+    __syncthreads();
+    return result;
   }
 }
 
-// ---- kernels over contiguous rows ----------------------------------------------------------------
+// ---- kernels over contiguous rows held in registers -----------------------------------------------
+
+/// The most 16-byte packs of T a thread holds of one row: 32 elements (32 registers of f32 data).
+template <class T>
+constexpr int kMaxPacks = sizeof(T) == 4 ? 8 : 4;
+
+/// Whether pack k of thread t lies in a row of n packs. The launchers pick kPacks, a power of two, as the smallest
+/// that holds the row (with_packs), so n > kPerRow·kPacks / 2 and the first half of the packs needs no test: fewer
+/// live predicates (an SM has 7 predicate registers a thread).
+template <int kPerRow, int kPacks>
+__device__ __forceinline__ bool has_pack(int k, int t, int n) {
+  return k < kPacks / 2 || t + k * kPerRow < n;
+}
+
+/// Thread t's share of a row of n packs: p[k] = row[t + k·kPerRow], `pad` past the row's end. All kPacks loads are
+/// issued before any is used, so a thread has its whole share of the row in flight at once. The pad is chosen to
+/// change no statistic (−inf for a max and Σ exp, 0 for a sum of products), so that only the loads and the stores
+/// test has_pack: branches around the arithmetic cost live predicates and registers (ptxas spilled a 1024-thread
+/// kernel that had them).
+template <int kPerRow, int kPacks, class T, int V>
+__device__ __forceinline__ void load_row(Pack<T, V> (&p)[kPacks], const Pack<T, V>* __restrict__ row, int t, int n,
+                                         T pad) {
+  Pack<T, V> fill;
+#pragma unroll
+  for (int e = 0; e < V; ++e) fill.v[e] = pad;
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) p[k] = has_pack<kPerRow, kPacks>(k, t, n) ? row[t + k * kPerRow] : fill;
+}
+
+/// load_row into shared memory instead of registers: stash[k·kPerRow + t] = row[t + k·kPerRow], by cp.async
+/// (no registers held while in flight; without a wait, reads are not ordered after it). A thread reads back only
+/// its own packs, so __pipeline_wait_prior(0) is all it needs before reading them.
+template <int kPerRow, int kPacks, class P>
+__device__ __forceinline__ void stash_row(P* stash, const P* __restrict__ row, int t, int n) {
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k)
+    if (has_pack<kPerRow, kPacks>(k, t, n))
+      __pipeline_memcpy_async(&stash[k * kPerRow + t], &row[t + k * kPerRow], sizeof(P));
+  __pipeline_commit();
+}
+
+/// max with NaN kept: a NaN, once seen, stays (as ops/cpu/nn.cpp's max_with_nan; fmax would drop it).
+struct MaxNanOp {
+  template <class Acc>
+  __device__ __forceinline__ Acc operator()(const Acc& a, const Acc& b) const {
+    return (b != b || b > a) ? b : a;
+  }
+};
+
+/// y[r, :] = softmax(x[r, :]) (or log_softmax) for rows r in [0, rows) of C = n·kVec<T> elements, kPerRow·kPacks / 2
+/// < n <= kPerRow·kPacks; x and y aligned for Pack accesses. Overwrites y.
+///
+/// Exactly the CPU's two-pass statistics, from registers: m = max (NaN kept), then e = exp(x − m) and s = Σ e.
+/// NaN and infinities end as on the CPU: a NaN max, or a +inf one (inf − inf), or an all −inf row (−inf − −inf)
+/// makes s NaN and so the whole row; −inf elements of other rows add exp(−inf) = 0.
+template <class T, class O, int kPerRow, int kBlock, int kPacks>
+__global__ void __launch_bounds__(kBlock, 1)
+    softmax_fwd_kernel(const T* __restrict__ x,  // (rows, C)
+                       O* __restrict__ y,        // (rows, C)
+                       int64_t rows, int C, bool log) {
+  using Acc = acc_t<T, O>;
+  constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
+  const int t = static_cast<int>(threadIdx.x) % kPerRow, n = C / V;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    Pack<T, V> p[kPacks];
+    // Padded with −inf: no effect on the max, exp(−inf − m) = 0 adds nothing (and where m is NaN or ±inf the row
+    // is NaN already).
+    load_row<kPerRow>(p, reinterpret_cast<const Pack<T, V>*>(x + row * C), t, n,
+                      T(-std::numeric_limits<float>::infinity()));
+    Acc m = -std::numeric_limits<Acc>::infinity();
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+      for (int e = 0; e < V; ++e) m = MaxNanOp{}(m, static_cast<Acc>(p[k].v[e]));
+    m = row_all_reduce<kPerRow, kBlock>(m, MaxNanOp{});
+    // a = x − m for log_softmax (exact for f16/bf16 data, as on the CPU), e = exp(x − m) for softmax: one exp.
+    Acc a[kPacks][V], s = 0;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const Acc d = static_cast<Acc>(p[k].v[e]) - m, ex = math::detail::exp(d);
+        s += ex;
+        a[k][e] = log ? d : ex;
+      }
+    s = row_all_reduce<kPerRow, kBlock>(s, AddOp{});
+    // (x − m) − log s, as the CPU; e · (1 / s), which differs from the CPU's division by at most an ulp of Acc.
+    const Acc ls = log ? math::detail::log(s) : Acc(0), inv = Acc(1) / s;
+    auto* yv = reinterpret_cast<Pack<O, V>*>(y + row * C);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+      if (has_pack<kPerRow, kPacks>(k, t, n)) {
+        Pack<O, V> q;
+#pragma unroll
+        for (int e = 0; e < V; ++e) q.v[e] = convert<O>(log ? a[k][e] - ls : a[k][e] * inv);
+        yv[t + k * kPerRow] = q;
+      }
+  }
+}
+
+/// softmax: dx = y·(dy − Σ dy·y); log_softmax: dx = dy − exp(y)·Σ dy; rows as softmax_fwd_kernel, dy, y, dx aligned
+/// for Pack accesses. With kStash, y waits in dynamic shared memory (kPacks·kBlock packs) rather than registers.
+/// Overwrites dx.
+template <class T, int kPerRow, int kBlock, int kPacks, bool kStash>
+__global__ void __launch_bounds__(kBlock, 1)
+    softmax_bwd_kernel(const T* __restrict__ dy,  // (rows, C)
+                       const T* __restrict__ y,   // (rows, C)
+                       T* __restrict__ dx,        // (rows, C)
+                       int64_t rows, int C, bool log) {
+  using Acc = acc_t<T>;
+  using P = Pack<T, kVec<T>>;
+  constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
+  static_assert(!kStash || kPerRow == kBlock, "a stash holds the packs of one row per block");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  P* const stash = reinterpret_cast<P*>(smem_raw);  // (kPacks, kBlock) when kStash
+  const int t = static_cast<int>(threadIdx.x) % kPerRow, n = C / V;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const int64_t off = row * C;
+    P g[kPacks], p[kPacks];
+    if constexpr (kStash) stash_row<kPerRow, kPacks>(stash, reinterpret_cast<const P*>(y + off), t, n);
+    // Padded with 0: a pad adds 0·0 (or 0) to Σ dy·y (Σ dy). A stash is not padded: its packs past the row's
+    // end are never read.
+    load_row<kPerRow>(g, reinterpret_cast<const P*>(dy + off), t, n, T(0.0f));
+    if constexpr (kStash) {
+      __pipeline_wait_prior(0);
+    } else {
+      load_row<kPerRow>(p, reinterpret_cast<const P*>(y + off), t, n, T(0.0f));
+    }
+    auto y_pack = [&](int k) -> P {
+      if constexpr (kStash) return stash[k * kPerRow + t];
+      else return p[k];
+    };
+    Acc s = 0;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      if constexpr (kStash) {
+        if (!has_pack<kPerRow, kPacks>(k, t, n)) continue;
+      }
+      const P q = y_pack(k);
+#pragma unroll
+      for (int e = 0; e < V; ++e)
+        s += log ? static_cast<Acc>(g[k].v[e]) : static_cast<Acc>(g[k].v[e]) * static_cast<Acc>(q.v[e]);
+    }
+    s = row_all_reduce<kPerRow, kBlock>(s, AddOp{});
+    auto* dv = reinterpret_cast<P*>(dx + off);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+      if (has_pack<kPerRow, kPacks>(k, t, n)) {
+        const P q = y_pack(k);
+        P o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const Acc gv = static_cast<Acc>(g[k].v[e]), yv = static_cast<Acc>(q.v[e]);
+          o.v[e] = convert<T>(log ? gv - math::detail::exp(yv) * s : yv * (gv - s));
+        }
+        dv[t + k * kPerRow] = o;
+      }
+  }
+}
+
+// ---- strided kernels over contiguous rows (rows the register kernels do not take) ----------------
 
 /// y[r, :] = softmax(x[r, :]) (or log_softmax) for rows r in [0, rows); overwrites y.
 /// kPerRow threads own a row; `vec`: C is a multiple of kVec<T> and x, y are aligned for Pack accesses.
 template <class T, class O, int kPerRow, int kBlock>
-__global__ void __launch_bounds__(kBlock) softmax_fwd_kernel(const T* __restrict__ x,  // (rows, C)
-                                                             O* __restrict__ y,        // (rows, C)
-                                                             int64_t rows, int C, bool log, bool vec) {
+__global__ void __launch_bounds__(kBlock)
+    softmax_fwd_strided_kernel(const T* __restrict__ x,  // (rows, C)
+                               O* __restrict__ y,        // (rows, C)
+                               int64_t rows, int C, bool log, bool vec) {
   using Acc = acc_t<T, O>;
   constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
   const int t = static_cast<int>(threadIdx.x) % kPerRow;
@@ -190,12 +368,14 @@ __global__ void __launch_bounds__(kBlock) softmax_fwd_kernel(const T* __restrict
   }
 }
 
-/// softmax: dx = y·(dy − Σ dy·y); log_softmax: dx = dy − exp(y)·Σ dy; rows as softmax_fwd_kernel. Overwrites dx.
+/// softmax: dx = y·(dy − Σ dy·y); log_softmax: dx = dy − exp(y)·Σ dy; rows as softmax_fwd_strided_kernel.
+/// Overwrites dx.
 template <class T, int kPerRow, int kBlock>
-__global__ void __launch_bounds__(kBlock) softmax_bwd_kernel(const T* __restrict__ dy,  // (rows, C)
-                                                             const T* __restrict__ y,   // (rows, C)
-                                                             T* __restrict__ dx,        // (rows, C)
-                                                             int64_t rows, int C, bool log, bool vec) {
+__global__ void __launch_bounds__(kBlock)
+    softmax_bwd_strided_kernel(const T* __restrict__ dy,  // (rows, C)
+                               const T* __restrict__ y,   // (rows, C)
+                               T* __restrict__ dx,        // (rows, C)
+                               int64_t rows, int C, bool log, bool vec) {
   using Acc = acc_t<T>;
   constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
   const int t = static_cast<int>(threadIdx.x) % kPerRow;
@@ -301,36 +481,75 @@ RowLayout row_layout(const Shape& shape, int64_t dim) {
   return L;
 }
 
-/// Launches `kernel` with kPerRow threads per row and blocks of kBlock threads.
+/// Launches `kernel` with kPerRow threads per row, blocks of kBlock threads and `smem` bytes of dynamic shared
+/// memory (above 48 KiB a kernel must ask for it first).
 template <int kPerRow, int kBlock, class Kernel, class... Args>
-void launch_rows(Kernel kernel, const char* name, int64_t rows, int64_t C, Args... args) {
+void launch_rows(Kernel kernel, const char* name, int64_t rows, int64_t C, size_t smem, Args... args) {
   constexpr int kRowsPerBlock = kBlock / kPerRow;
   const int64_t blocks = std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxGrid);
-  kernel<<<static_cast<unsigned>(blocks), kBlock, 0, ::mixtape::cuda::launch_stream()>>>(args...);
+  if (smem > 48 * 1024)
+    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                  name, ": asking for ", smem, " bytes of shared memory (rows of ", C, ")");
+  kernel<<<static_cast<unsigned>(blocks), kBlock, smem, ::mixtape::cuda::launch_stream()>>>(args...);
   MT_CUDA_CHECK_LAUNCH(name, " (", rows, " rows of ", C, ")");
 }
 
-/// Rows of up to 1024 elements: a warp each, 8 per block; up to 8192: a block of 256; longer: a block of 512
-/// (two such blocks fit an SM at <= 64 registers a thread, so one block's reduction overlaps the other's loads).
+/// The register kernels' shape for one row length: kPerRow threads a row, blocks of kBlock, kPacks packs a thread.
+template <int kPerRow, int kBlock, int kPacks>
+struct RowConfig {
+  static constexpr int per_row = kPerRow, block = kBlock, packs = kPacks;
+};
+
+/// f(RowConfig<kPerRow, kBlock, kP>{}) for the smallest power of two kP in [kPacks, kMax] with kPerRow·kP >= n.
+template <int kPerRow, int kBlock, int kPacks, int kMax, class F>
+void with_packs(int64_t n, F& f) {
+  if constexpr (kPacks < kMax) {
+    if (n > static_cast<int64_t>(kPerRow) * kPacks) return with_packs<kPerRow, kBlock, 2 * kPacks, kMax>(n, f);
+  }
+  f(RowConfig<kPerRow, kBlock, kPacks>{});
+}
+
+/// Calls f(RowConfig<…>{}) for rows of n 16-byte packs of T held in registers — a warp a row (8 rows a block) up to
+/// 1024 elements, a block of 256 up to 8192, of 1024 up to 32768 (64 registers a thread), kMaxPacks<T> packs a
+/// thread at most — and returns true; false, without a call, for longer rows.
+template <class T, class F>
+bool with_row_config(int64_t n, F&& f) {
+  constexpr int kMax = kMaxPacks<T>;
+  if (n <= kWarp * kMax) with_packs<kWarp, 256, 1, kMax>(n, f);
+  else if (n <= 256 * kMax) with_packs<256, 256, std::max(1, kMax / 4), kMax>(n, f);
+  else if (n <= 1024 * kMax) with_packs<1024, 1024, kMax / 2, kMax>(n, f);
+  else return false;
+  return true;
+}
+
+/// Whether the backward of a configuration keeps its second input in shared memory: two inputs of kPacks packs
+/// (4 registers each) would take 32 or more of the 64 registers a 1024-thread block allows (ptxas spilled the
+/// 16-bit kernel at exactly 32).
+template <class Cfg>
+constexpr bool kStashes = Cfg::block == 1024 && 2 * Cfg::packs * 4 >= 32;
+
+/// Rows the register kernels do not take: up to 1024 elements a warp each, 8 per block; up to 8192 a block of
+/// 256; longer a block of 512 (two such blocks fit an SM at <= 64 registers a thread, so one block's reduction
+/// overlaps the other's loads).
 template <template <int, int> class K, class... Args>
 void launch_rows_by_length(const char* name, int64_t rows, int64_t C, Args... args) {
-  if (C <= 1024) launch_rows<kWarp, 256>(K<kWarp, 256>::kernel, name, rows, C, args...);
-  else if (C <= 8192) launch_rows<256, 256>(K<256, 256>::kernel, name, rows, C, args...);
-  else launch_rows<512, 512>(K<512, 512>::kernel, name, rows, C, args...);
+  if (C <= 1024) launch_rows<kWarp, 256>(K<kWarp, 256>::kernel, name, rows, C, 0, args...);
+  else if (C <= 8192) launch_rows<256, 256>(K<256, 256>::kernel, name, rows, C, 0, args...);
+  else launch_rows<512, 512>(K<512, 512>::kernel, name, rows, C, 0, args...);
 }
 
 template <class T, class O>
 struct FwdRows {
   template <int kPerRow, int kBlock>
   struct K {
-    static constexpr auto kernel = softmax_fwd_kernel<T, O, kPerRow, kBlock>;
+    static constexpr auto kernel = softmax_fwd_strided_kernel<T, O, kPerRow, kBlock>;
   };
 };
 template <class T>
 struct BwdRows {
   template <int kPerRow, int kBlock>
   struct K {
-    static constexpr auto kernel = softmax_bwd_kernel<T, kPerRow, kBlock>;
+    static constexpr auto kernel = softmax_bwd_strided_kernel<T, kPerRow, kBlock>;
   };
 };
 
@@ -373,9 +592,17 @@ Tensor softmax(const Tensor& x_in, int64_t dim, bool log, DType out_dtype) {
       const T* xp = x.data<T>();
       O* yp = y.data<O>();
       if (L.inner == 1) {
+        const int C = static_cast<int>(L.C);
         const bool vec = L.C % kVec<T> == 0 && aligned(xp, 16) && aligned(yp, sizeof(Pack<O, kVec<T>>));
-        launch_rows_by_length<FwdRows<T, O>::template K>(op, L.outer, L.C, xp, yp, L.outer, static_cast<int>(L.C),
-                                                         log, vec);
+        bool done = false;
+        if constexpr (std::is_same_v<acc_t<T, O>, float>) {
+          done = vec && with_row_config<T>(L.C / kVec<T>, [&](auto cfg) {
+            using Cfg = decltype(cfg);
+            launch_rows<Cfg::per_row, Cfg::block>(softmax_fwd_kernel<T, O, Cfg::per_row, Cfg::block, Cfg::packs>, op,
+                                                  L.outer, L.C, 0, xp, yp, L.outer, C, log);
+          });
+        }
+        if (!done) launch_rows_by_length<FwdRows<T, O>::template K>(op, L.outer, L.C, xp, yp, L.outer, C, log, vec);
       } else {
         softmax_fwd_columns_kernel<T, O><<<columns_grid(L.outer * L.inner), kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
             xp, yp, L.outer, L.C, L.inner, log);
@@ -407,9 +634,19 @@ Tensor softmax_backward(const Tensor& dy_in, const Tensor& y_in, int64_t dim, bo
     const T* yp = y.data<T>();
     T* dxp = dx.data<T>();
     if (L.inner == 1) {
+      const int C = static_cast<int>(L.C);
       const bool vec = L.C % kVec<T> == 0 && aligned(gp, 16) && aligned(yp, 16) && aligned(dxp, 16);
-      launch_rows_by_length<BwdRows<T>::template K>(op, L.outer, L.C, gp, yp, dxp, L.outer, static_cast<int>(L.C),
-                                                    log, vec);
+      bool done = false;
+      if constexpr (std::is_same_v<acc_t<T>, float>) {
+        done = vec && with_row_config<T>(L.C / kVec<T>, [&](auto cfg) {
+          using Cfg = decltype(cfg);
+          constexpr bool kStash = kStashes<Cfg>;
+          const size_t smem = kStash ? sizeof(Pack<T, kVec<T>>) * Cfg::packs * Cfg::block : 0;
+          launch_rows<Cfg::per_row, Cfg::block>(softmax_bwd_kernel<T, Cfg::per_row, Cfg::block, Cfg::packs, kStash>,
+                                                op, L.outer, L.C, smem, gp, yp, dxp, L.outer, C, log);
+        });
+      }
+      if (!done) launch_rows_by_length<BwdRows<T>::template K>(op, L.outer, L.C, gp, yp, dxp, L.outer, C, log, vec);
     } else {
       softmax_bwd_columns_kernel<T><<<columns_grid(L.outer * L.inner), kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
           gp, yp, dxp, L.outer, L.C, L.inner, log);

@@ -109,12 +109,20 @@ BOOST_AUTO_TEST_SUITE(cuda_nn)
 
 // ---- softmax ---------------------------------------------------------------------------
 
+/// Row lengths for the row kernels. Multiples of 8 elements take the register kernels up to 32768: a warp a row
+/// up to 1024 (8, 40: one 16-byte pack a lane; 200, 400, 1000: 1, 2 or 4 packs for f32/f16/bf16, 1000 with lanes
+/// past the row's end), a 256-thread block up to 8192 (1032, 4096, 6000, 8192), a 1024-thread block up to 32768
+/// (8200; 20000 and 32768, where the f32 backward keeps y or x in shared memory); 32776 is vectorised but too long,
+/// and the odd lengths (7, 1023, 1025, 8193, 32769, 65537) take the strided kernels on either side of each boundary.
+constexpr int64_t kRowLengths[] = {1,    7,    8,    32,   40,   200,   400,   1000,  1023,  1024,  1025,
+                                   1032, 4096, 6000, 8192, 8193, 8200, 20000, 32768, 32769, 32776, 65537};
+
 // Row lengths across the warp-per-row (<= 1024), 256-thread and 1024-thread block kernels, with and without
-// 16-byte vectors (7, 1023 and 65537 elements are not a multiple of 16 bytes).
+// 16-byte vectors.
 BOOST_AUTO_TEST_CASE(softmax_rows_match_cpu, MT_GPU_TEST) {
   mt::manual_seed(1);
   for (DType dt : kFloatDTypes)
-    for (int64_t C : {1, 7, 32, 1023, 1024, 4096, 8200, 65537})
+    for (int64_t C : kRowLengths)
       for (bool log : {false, true}) {
         const int64_t rows = C >= 4096 ? 5 : 37;
         check_softmax(randn_as({rows, C}, dt), -1, log, dt, "rows");
@@ -173,16 +181,20 @@ BOOST_AUTO_TEST_CASE(softmax_non_contiguous, MT_GPU_TEST) {
   }
 }
 
-// NaN rows stay NaN, −inf entries get probability 0, an all −inf row is NaN — like the CPU.
+// NaN rows stay NaN, −inf entries get probability 0, an all −inf row is NaN, a +inf makes its row NaN — like the
+// CPU — in the warp, 256-thread and 1024-thread register kernels and a strided one (40, 1000, 8200, 20000, 40000).
 BOOST_AUTO_TEST_CASE(softmax_special_values, MT_GPU_TEST) {
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
-  Tensor x = mt::zeros({4, 40});
-  x.set({0, 3}, nan);
-  for (int64_t c = 0; c < 40; c += 2) x.set({1, c}, -inf);
-  for (int64_t c = 0; c < 40; ++c) x.set({2, c}, -inf);
-  x.set({3, 39}, 5.0);
-  for (DType dt : kFloatDTypes)
-    for (bool log : {false, true}) check_softmax(x.to(dt), -1, log, dt, "special values");
+  for (int64_t C : {40, 1000, 8200, 20000, 40000}) {
+    Tensor x = mt::zeros({5, C});
+    x.set({0, 3}, nan);
+    for (int64_t c = 0; c < C; c += 2) x.set({1, c}, -inf);
+    for (int64_t c = 0; c < C; ++c) x.set({2, c}, -inf);
+    x.set({3, C - 1}, 5.0);
+    x.set({4, C / 2}, inf);
+    for (DType dt : kFloatDTypes)
+      for (bool log : {false, true}) check_softmax(x.to(dt), -1, log, dt, "special values");
+  }
 }
 
 // ---- layer norm -------------------------------------------------------------------------
@@ -225,9 +237,9 @@ void check_layer_norm(const Tensor& x, int64_t M, const Tensor& w, const Tensor&
 BOOST_AUTO_TEST_CASE(layer_norm_matches_cpu, MT_GPU_TEST) {
   mt::manual_seed(6);
   for (DType dt : kFloatDTypes)
-    // Rows of up to 8192 sum dweight/dbias in the dx kernel's shared memory (1024: the warp kernel's
-    // longest; 8, 8192: 16-byte vectors; 7, 1023: scalar), longer ones in a second pass (8200, 65537).
-    for (int64_t M : {1, 7, 8, 1023, 1024, 4096, 8192, 8200, 65537}) {
+    // Rows of up to 8192 sum dweight/dbias in the dx kernel's shared memory, longer ones in a second pass; the
+    // lengths cross every register kernel's boundaries and the strided kernels' (kRowLengths).
+    for (int64_t M : kRowLengths) {
       const int64_t rows = M >= 4096 ? 9 : 300;  // 300 rows: several chunks of the dweight/dbias partial sums
       const Tensor x = randn_as({rows, M}, dt);
       const Tensor w = randn_as({M}, dt), b = randn_as({M}, dt);
@@ -258,7 +270,7 @@ BOOST_AUTO_TEST_CASE(layer_norm_shapes_and_params, MT_GPU_TEST) {
 // f16 rows near +1000: the mean is summed relative to the first element, so nothing cancels.
 BOOST_AUTO_TEST_CASE(layer_norm_f16_large_offset, MT_GPU_TEST) {
   mt::manual_seed(8);
-  for (int64_t M : {7, 1023, 4096})
+  for (int64_t M : {7, 1000, 1023, 4096, 20000, 32768})
     check_layer_norm(randn_as({4, M}, mt::kF16, 1000.0), M, Tensor(), Tensor(), "offset +1000");
 }
 
