@@ -12,7 +12,7 @@
 #   build     configure (sm_90 only) and build everything with all cores
 #   test      ctest -L gpu
 #   sass      the GEMM's SASS check (check_gemm_sass) with the cuobjdump the GPU machine has
-#   sanitize  compute-sanitizer memcheck and racecheck on every gpu suite
+#   sanitize  compute-sanitizer memcheck and racecheck on every gpu suite (SAN_TOOLS, SAN_SUITES narrow it)
 #   bench     the GPU benchmarks that exist in the build
 # Logs go to $OUT (or ./gpu_out when OUT is unset); a summary is printed last.
 set -uo pipefail
@@ -72,8 +72,8 @@ fi
 
 if has_step sanitize; then
   t0=$(date +%s)
-  for tool in memcheck racecheck; do
-    for s in $GPU_SUITES; do
+  for tool in ${SAN_TOOLS:-memcheck racecheck}; do
+    for s in ${SAN_SUITES:-$GPU_SUITES}; do
       exe=$BUILD/tests/$s
       [ -x "$exe" ] || continue
       echo "$tool $s"
