@@ -22,6 +22,7 @@
 // whole dx row are NaN, so the bad label shows up in the loss.
 // Outputs are freshly allocated and overwritten.
 #include <mixtape/cuda/nn.h>
+#include <mixtape/cuda/rows.cuh>
 
 #include <algorithm>
 #include <cstdint>
@@ -38,18 +39,9 @@ namespace mixtape::kernels::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
-constexpr int64_t kMaxGrid = 1 << 24;  // row loops are grid-strided past this many blocks
+using namespace rowwise;  // cuda/rows.cuh: Pack, kVec, aligned, the register kernels' shapes, launch_rows
 
-/// 16 bytes of T (N = 16 / sizeof(T) elements) as one vector access (llm.c's Packed128).
-template <class T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
-template <class T>
-constexpr int kVec = static_cast<int>(16 / sizeof(T));
 
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <class Acc>
 using Consts = math::CrossEntropyConsts<Acc>;
@@ -227,23 +219,7 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_bwd_kernel(const T* __re
 
 // ---- launchers -------------------------------------------------------------------------------
 
-/// Launches `kernel` with kPerRow threads per row and blocks of kBlock threads.
-template <int kPerRow, int kBlock, class Kernel, class... Args>
-void launch_rows(Kernel kernel, const char* name, int64_t rows, int64_t C, Args... args) {
-  constexpr int kRowsPerBlock = kBlock / kPerRow;
-  const int64_t blocks = std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxGrid);
-  kernel<<<static_cast<unsigned>(blocks), kBlock, 0, ::mixtape::cuda::launch_stream()>>>(args...);
-  MT_CUDA_CHECK_LAUNCH(name, " (", rows, " rows of ", C, ")");
-}
 
-/// Rows of up to 1024 elements: a warp each, 8 per block; up to 8192: a block of 256; longer: a block of 512
-/// (as cuda/softmax.cu).
-template <template <int, int> class K, class... Args>
-void launch_rows_by_length(const char* name, int64_t rows, int64_t C, Args... args) {
-  if (C <= 1024) launch_rows<kWarp, 256>(K<kWarp, 256>::kernel, name, rows, C, args...);
-  else if (C <= 8192) launch_rows<256, 256>(K<256, 256>::kernel, name, rows, C, args...);
-  else launch_rows<512, 512>(K<512, 512>::kernel, name, rows, C, args...);
-}
 
 template <class T, bool kSmooth>
 struct FwdRows {

@@ -27,6 +27,7 @@
 // atomics, so the result is the same on every run.
 // Outputs are freshly allocated and overwritten.
 #include <mixtape/cuda/nn.h>
+#include <mixtape/cuda/rows.cuh>
 
 #include <algorithm>
 #include <cstdint>
@@ -45,23 +46,15 @@ namespace mixtape::kernels::cuda {
 
 namespace {
 
+using namespace rowwise;  // cuda/rows.cuh: Pack, kVec, aligned, the register kernels' shapes, launch_rows
+
 /// The type statistics of T data are computed in: f64 for f64, f32 otherwise.
 template <class T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 template <class Acc>
 constexpr DType acc_dtype_v = std::is_same_v<Acc, double> ? DType::kF64 : DType::kF32;
 
-constexpr int kWarp = 32;
-constexpr int64_t kMaxGrid = 1 << 24;  // row loops are grid-strided past this many blocks
 
-template <class T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
-template <class T>
-constexpr int kVec = static_cast<int>(16 / sizeof(T));
-
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 /// a·b rounded on its own, never fused into a following add. Otherwise nvcc turns `g·w − mean(g·w)`
 /// into fma(g, w, −mean), and for a row of one element (where the CPU's g·w − mean(g·w) is exactly 0)
@@ -138,9 +131,6 @@ __device__ __forceinline__ void for_my_elements(const T* row, int C, int t, bool
 
 // ---- rows held in registers ------------------------------------------------------------------
 
-/// The most 16-byte packs of T a thread holds of one row: 32 elements (32 registers of f32 data).
-template <class T>
-constexpr int kMaxPacks = sizeof(T) == 4 ? 8 : 4;
 
 /// Whether pack k of thread t lies in a row of n packs. The launchers pick kPacks, a power of two, as the smallest
 /// that holds the row (with_packs), so n > kPerRow·kPacks / 2 and the first half of the packs needs no test.
@@ -633,52 +623,7 @@ int64_t resident_blocks(Kernel kernel, int block, size_t smem, int device) {
   return static_cast<int64_t>(per_sm) * ::mixtape::cuda::multiprocessor_count(device);
 }
 
-/// Launches `kernel` with kPerRow threads per row, blocks of kBlock threads and `smem` bytes of dynamic shared
-/// memory (above 48 KiB a kernel must ask for it first).
-template <int kPerRow, int kBlock, class Kernel, class... Args>
-void launch_rows(Kernel kernel, const char* name, int64_t rows, int64_t M, size_t smem, Args... args) {
-  constexpr int kRowsPerBlock = kBlock / kPerRow;
-  const int64_t blocks = std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxGrid);
-  if (smem > 48 * 1024)
-    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                  name, ": asking for ", smem, " bytes of shared memory (rows of ", M, ")");
-  kernel<<<static_cast<unsigned>(blocks), kBlock, smem, ::mixtape::cuda::launch_stream()>>>(args...);
-  MT_CUDA_CHECK_LAUNCH(name, " (", rows, " rows of ", M, ")");
-}
 
-/// kPerRow threads a row, blocks of kBlock: a strided kernel's shape.
-template <int kPerRow, int kBlock>
-struct RowThreads {
-  static constexpr int per_row = kPerRow, block = kBlock;
-};
-
-/// The register kernels' shape for one row length: RowThreads, and kPacks packs a thread.
-template <int kPerRow, int kBlock, int kPacks>
-struct RowConfig : RowThreads<kPerRow, kBlock> {
-  static constexpr int packs = kPacks;
-};
-
-/// f(RowConfig<kPerRow, kBlock, kP>{}) for the smallest power of two kP in [kPacks, kMax] with kPerRow·kP >= n.
-template <int kPerRow, int kBlock, int kPacks, int kMax, class F>
-void with_packs(int64_t n, F& f) {
-  if constexpr (kPacks < kMax) {
-    if (n > static_cast<int64_t>(kPerRow) * kPacks) return with_packs<kPerRow, kBlock, 2 * kPacks, kMax>(n, f);
-  }
-  f(RowConfig<kPerRow, kBlock, kPacks>{});
-}
-
-/// Calls f(RowConfig<…>{}) for rows of n 16-byte packs of T held in registers — a warp a row (8 rows a block) up to
-/// 1024 elements, a block of 256 up to 8192, of 1024 up to 32768 (64 registers a thread), kMaxPacks<T> packs a
-/// thread at most — and returns true; false, without a call, for longer rows.
-template <class T, class F>
-bool with_row_config(int64_t n, F&& f) {
-  constexpr int kMax = kMaxPacks<T>;
-  if (n <= kWarp * kMax) with_packs<kWarp, 256, 1, kMax>(n, f);
-  else if (n <= 256 * kMax) with_packs<256, 256, std::max(1, kMax / 4), kMax>(n, f);
-  else if (n <= 1024 * kMax) with_packs<1024, 1024, kMax / 2, kMax>(n, f);
-  else return false;
-  return true;
-}
 
 /// How many of its packs a thread of a configuration's forward keeps in shared memory: the upper half where a
 /// thread of a 1024-thread block holds 32 elements (32 f32 deviations), which leave no registers for the weight

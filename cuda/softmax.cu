@@ -24,6 +24,7 @@
 // innermost by a permuted copy, run as rows, and permuted back.
 // Outputs are freshly allocated and overwritten.
 #include <mixtape/cuda/nn.h>
+#include <mixtape/cuda/rows.cuh>
 
 #include <algorithm>
 #include <cstdint>
@@ -43,24 +44,15 @@ namespace mixtape::kernels::cuda {
 
 namespace {
 
+using namespace rowwise;  // cuda/rows.cuh: Pack, kVec, aligned, the register kernels' shapes, launch_rows
+
 /// The type statistics of T data written as O are computed in (as ops/cpu/nn.cpp).
 template <class T, class O = T>
 using acc_t = std::conditional_t<std::is_same_v<T, double> || std::is_same_v<O, double>, double, float>;
 
-constexpr int kWarp = 32;
-constexpr int64_t kMaxGrid = 1 << 24;  // row loops are grid-strided past this many blocks
 // (outer · inner) columns from which a non-last dim runs the column kernel instead of a permuted copy.
 constexpr int64_t kColumnsMin = 16384;
 
-/// 16 bytes of T (N = 16 / sizeof(T) elements), or the same N elements of another type, as one vector access.
-template <class T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
-template <class T>
-constexpr int kVec = static_cast<int>(16 / sizeof(T));
-
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // ---- reductions over the threads of a row ---------------------------------------------------
 
@@ -158,9 +150,6 @@ __device__ __forceinline__ V row_all_reduce(V v, Op op) {
 
 // ---- kernels over contiguous rows held in registers -----------------------------------------------
 
-/// The most 16-byte packs of T a thread holds of one row: 32 elements (32 registers of f32 data).
-template <class T>
-constexpr int kMaxPacks = sizeof(T) == 4 ? 8 : 4;
 
 /// Whether pack k of thread t lies in a row of n packs. The launchers pick kPacks, a power of two, as the smallest
 /// that holds the row (with_packs), so n > kPerRow·kPacks / 2 and the first half of the packs needs no test: fewer
@@ -481,46 +470,7 @@ RowLayout row_layout(const Shape& shape, int64_t dim) {
   return L;
 }
 
-/// Launches `kernel` with kPerRow threads per row, blocks of kBlock threads and `smem` bytes of dynamic shared
-/// memory (above 48 KiB a kernel must ask for it first).
-template <int kPerRow, int kBlock, class Kernel, class... Args>
-void launch_rows(Kernel kernel, const char* name, int64_t rows, int64_t C, size_t smem, Args... args) {
-  constexpr int kRowsPerBlock = kBlock / kPerRow;
-  const int64_t blocks = std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxGrid);
-  if (smem > 48 * 1024)
-    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                  name, ": asking for ", smem, " bytes of shared memory (rows of ", C, ")");
-  kernel<<<static_cast<unsigned>(blocks), kBlock, smem, ::mixtape::cuda::launch_stream()>>>(args...);
-  MT_CUDA_CHECK_LAUNCH(name, " (", rows, " rows of ", C, ")");
-}
 
-/// The register kernels' shape for one row length: kPerRow threads a row, blocks of kBlock, kPacks packs a thread.
-template <int kPerRow, int kBlock, int kPacks>
-struct RowConfig {
-  static constexpr int per_row = kPerRow, block = kBlock, packs = kPacks;
-};
-
-/// f(RowConfig<kPerRow, kBlock, kP>{}) for the smallest power of two kP in [kPacks, kMax] with kPerRow·kP >= n.
-template <int kPerRow, int kBlock, int kPacks, int kMax, class F>
-void with_packs(int64_t n, F& f) {
-  if constexpr (kPacks < kMax) {
-    if (n > static_cast<int64_t>(kPerRow) * kPacks) return with_packs<kPerRow, kBlock, 2 * kPacks, kMax>(n, f);
-  }
-  f(RowConfig<kPerRow, kBlock, kPacks>{});
-}
-
-/// Calls f(RowConfig<…>{}) for rows of n 16-byte packs of T held in registers — a warp a row (8 rows a block) up to
-/// 1024 elements, a block of 256 up to 8192, of 1024 up to 32768 (64 registers a thread), kMaxPacks<T> packs a
-/// thread at most — and returns true; false, without a call, for longer rows.
-template <class T, class F>
-bool with_row_config(int64_t n, F&& f) {
-  constexpr int kMax = kMaxPacks<T>;
-  if (n <= kWarp * kMax) with_packs<kWarp, 256, 1, kMax>(n, f);
-  else if (n <= 256 * kMax) with_packs<256, 256, std::max(1, kMax / 4), kMax>(n, f);
-  else if (n <= 1024 * kMax) with_packs<1024, 1024, kMax / 2, kMax>(n, f);
-  else return false;
-  return true;
-}
 
 /// Whether the backward of a configuration keeps its second input in shared memory: two inputs of kPacks packs
 /// (4 registers each) would take 32 or more of the 64 registers a 1024-thread block allows (ptxas spilled the
@@ -528,15 +478,6 @@ bool with_row_config(int64_t n, F&& f) {
 template <class Cfg>
 constexpr bool kStashes = Cfg::block == 1024 && 2 * Cfg::packs * 4 >= 32;
 
-/// Rows the register kernels do not take: up to 1024 elements a warp each, 8 per block; up to 8192 a block of
-/// 256; longer a block of 512 (two such blocks fit an SM at <= 64 registers a thread, so one block's reduction
-/// overlaps the other's loads).
-template <template <int, int> class K, class... Args>
-void launch_rows_by_length(const char* name, int64_t rows, int64_t C, Args... args) {
-  if (C <= 1024) launch_rows<kWarp, 256>(K<kWarp, 256>::kernel, name, rows, C, 0, args...);
-  else if (C <= 8192) launch_rows<256, 256>(K<256, 256>::kernel, name, rows, C, 0, args...);
-  else launch_rows<512, 512>(K<512, 512>::kernel, name, rows, C, 0, args...);
-}
 
 template <class T, class O>
 struct FwdRows {
