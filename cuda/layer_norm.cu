@@ -54,8 +54,6 @@ using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 template <class Acc>
 constexpr DType acc_dtype_v = std::is_same_v<Acc, double> ? DType::kF64 : DType::kF32;
 
-
-
 /// a·b rounded on its own, never fused into a following add. Otherwise nvcc turns `g·w − mean(g·w)`
 /// into fma(g, w, −mean), and for a row of one element (where the CPU's g·w − mean(g·w) is exactly 0)
 /// that leaves g·w's rounding error, times rstd = 1/√eps: 1.5e-5 instead of 0, seen on an H100.
@@ -79,39 +77,6 @@ struct AddOp {
   }
 };
 
-/// Reduces v over the kPerRow threads sharing a row (a warp, or the whole block) and returns it to all of them.
-/// Block form: every thread of the block must call it. Two levels of cub::WarpReduce: each warp's, then one warp
-/// over the kBlock / 32 partials (cub::BlockReduce's last level has thread 0 read all 32 partials at once,
-/// registers a 1024-thread kernel holding its row cannot spare). Two barriers, none trailing: a thread writes
-/// `part` or `result` again only past the next call's first barrier, which every reader of this call's has passed.
-template <int kPerRow, int kBlock, class V>
-__device__ __forceinline__ V row_sum(V v) {
-  static_assert(kPerRow == kWarp || kPerRow == kBlock, "a row is owned by a warp or by a block");
-  constexpr int kWarps = kBlock / kWarp;
-  using WarpReduce = cub::WarpReduce<V>;
-  __shared__ typename WarpReduce::TempStorage tmp[kWarps];
-  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  const V r = WarpReduce(tmp[warp]).Reduce(v, AddOp{});  // valid in lane 0
-  __syncwarp();  // tmp is reused by the warp's next reduction
-  if constexpr (kPerRow == kWarp) {
-    return cub::ShuffleIndex<kWarp>(r, 0, 0xffffffffu);
-  } else {
-    static_assert(kWarps > 1 && kWarps <= kWarp && (kWarps & (kWarps - 1)) == 0, "blocks of 64 to 1024 threads");
-    using PartReduce = cub::WarpReduce<V, kWarps>;
-    __shared__ typename PartReduce::TempStorage part_tmp;
-    __shared__ V part[kWarps];
-    __shared__ V result;
-    if (lane == 0) part[warp] = r;
-    __syncthreads();
-    if (static_cast<int>(threadIdx.x) < kWarps) {
-      const V total = PartReduce(part_tmp).Reduce(part[threadIdx.x], AddOp{});
-      if (threadIdx.x == 0) result = total;
-    }
-    __syncthreads();
-    return result;
-  }
-}
-
 /// Calls f(i, value) for the elements i ≡ t (mod kPerRow) of a row of C T's — 16-byte vectors when `vec`.
 template <int kPerRow, class T, class F>
 __device__ __forceinline__ void for_my_elements(const T* row, int C, int t, bool vec, F&& f) {
@@ -130,34 +95,6 @@ __device__ __forceinline__ void for_my_elements(const T* row, int C, int t, bool
 }
 
 // ---- rows held in registers ------------------------------------------------------------------
-
-
-/// Whether pack k of thread t lies in a row of n packs. The launchers pick kPacks, a power of two, as the smallest
-/// that holds the row (with_packs), so n > kPerRow·kPacks / 2 and the first half of the packs needs no test.
-template <int kPerRow, int kPacks>
-__device__ __forceinline__ bool has_pack(int k, int t, int n) {
-  return k < kPacks / 2 || t + k * kPerRow < n;
-}
-
-/// Thread t's share of a row of n packs: p[k] = row[t + k·kPerRow], zero past the row's end. All kPacks loads are
-/// issued before any is used, so a thread has its whole share of the row in flight at once.
-template <int kPerRow, int kPacks, class P>
-__device__ __forceinline__ void load_row(P (&p)[kPacks], const P* __restrict__ row, int t, int n) {
-#pragma unroll
-  for (int k = 0; k < kPacks; ++k) p[k] = has_pack<kPerRow, kPacks>(k, t, n) ? row[t + k * kPerRow] : P{};
-}
-
-/// load_row into shared memory instead of registers, for packs kFrom… of kPacks: stash[(k − kFrom)·kPerRow + t] =
-/// row[t + k·kPerRow], by cp.async (no registers held while in flight). A thread reads back only its own packs,
-/// so __pipeline_wait_prior(0) is all it needs before reading them.
-template <int kPerRow, int kPacks, int kFrom = 0, class P>
-__device__ __forceinline__ void stash_row(P* stash, const P* __restrict__ row, int t, int n) {
-#pragma unroll
-  for (int k = kFrom; k < kPacks; ++k)
-    if (has_pack<kPerRow, kPacks>(k, t, n))
-      __pipeline_memcpy_async(&stash[(k - kFrom) * kPerRow + t], &row[t + k * kPerRow], sizeof(P));
-  __pipeline_commit();
-}
 
 /// Keeps the compiler from moving loads across it. Without it the parameter loads of all kPacks packs are hoisted
 /// to the top of the loop that uses them — kPacks·V more live registers than a 1024-thread kernel (64 a thread)
@@ -225,7 +162,7 @@ __global__ void __launch_bounds__(kBlock, 1)
 #pragma unroll
       for (int e = 0; e < V; ++e) s += in ? static_cast<Acc>(q.v[e]) - x0 : Acc(0);
     }
-    const Acc mu = x0 + row_sum<kPerRow, kBlock>(s) / static_cast<Acc>(M);
+    const Acc mu = x0 + row_all_reduce<kPerRow, kBlock>(s, AddOp{}) / static_cast<Acc>(M);
     Acc d[kHeld][V], q = 0;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
@@ -245,7 +182,7 @@ __global__ void __launch_bounds__(kBlock, 1)
         }
       }
     }
-    const Acc var = row_sum<kPerRow, kBlock>(q) / static_cast<Acc>(M);  // biased, like PyTorch
+    const Acc var = row_all_reduce<kPerRow, kBlock>(q, AddOp{}) / static_cast<Acc>(M);  // biased, like PyTorch
     const Acc rs = Acc(1) / math::detail::sqrt(var + eps);
     if (t == 0) {
       mean[row] = mu;
@@ -302,13 +239,13 @@ __global__ void __launch_bounds__(kBlock)
     const Acc x0 = static_cast<Acc>(xr[0]);
     Acc s = 0;
     for_my_elements<kPerRow>(xr, M, t, vec, [&](int, T v) { s += static_cast<Acc>(v) - x0; });
-    const Acc mu = x0 + row_sum<kPerRow, kBlock>(s) / static_cast<Acc>(M);
+    const Acc mu = x0 + row_all_reduce<kPerRow, kBlock>(s, AddOp{}) / static_cast<Acc>(M);
     Acc q = 0;
     for_my_elements<kPerRow>(xr, M, t, vec, [&](int, T v) {
       const Acc d = static_cast<Acc>(v) - mu;
       q += d * d;
     });
-    const Acc var = row_sum<kPerRow, kBlock>(q) / static_cast<Acc>(M);  // biased, like PyTorch
+    const Acc var = row_all_reduce<kPerRow, kBlock>(q, AddOp{}) / static_cast<Acc>(M);  // biased, like PyTorch
     const Acc rs = Acc(1) / math::detail::sqrt(var + eps);
     if (t == 0) {
       mean[row] = mu;
@@ -411,7 +348,7 @@ __global__ void __launch_bounds__(kBlock, 1)
         s.b += gj * ((static_cast<Acc>(xp.v[e]) - mu) * rs);
       }
     }
-    s = row_sum<kPerRow, kBlock>(s);
+    s = row_all_reduce<kPerRow, kBlock>(s, AddOp{});
     const Acc mg = s.a / static_cast<Acc>(M), mgx = s.b / static_cast<Acc>(M);
     auto* dv = reinterpret_cast<P*>(dx + off);
 #pragma unroll
@@ -512,7 +449,7 @@ __global__ void __launch_bounds__(kBlock)
     } else {
       for (int i = t; i < M; i += kPerRow) add(i, static_cast<Acc>(dy[off + i]), static_cast<Acc>(x[off + i]));
     }
-    s = row_sum<kPerRow, kBlock>(s);
+    s = row_all_reduce<kPerRow, kBlock>(s, AddOp{});
     const Acc mg = s.a / static_cast<Acc>(M), mgx = s.b / static_cast<Acc>(M);
     if (vec) {
       const auto* gv = reinterpret_cast<const Pack<T, V>*>(dy + off);
@@ -622,8 +559,6 @@ int64_t resident_blocks(Kernel kernel, int block, size_t smem, int device) {
            " bytes of shared memory does not fit a multiprocessor");
   return static_cast<int64_t>(per_sm) * ::mixtape::cuda::multiprocessor_count(device);
 }
-
-
 
 /// How many of its packs a thread of a configuration's forward keeps in shared memory: the upper half where a
 /// thread of a 1024-thread block holds 32 elements (32 f32 deviations), which leave no registers for the weight

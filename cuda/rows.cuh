@@ -1,5 +1,7 @@
 // cuda/rows.cuh — what the row kernels share (internal: cuda/softmax.cu, cuda/layer_norm.cu,
-// cuda/cross_entropy.cu): 16-byte packs, the shapes of the register kernels and the row launcher.
+// cuda/cross_entropy.cu): 16-byte packs, the register kernels' shapes, the row launchers, the row-wide
+// reduction (two levels of cub::WarpReduce, the result in every thread) and the loads of a row into
+// registers or, by cp.async, into shared memory.
 //
 // A row is owned by kPerRow threads — a warp, or a whole block — and a block of kBlock threads holds
 // kBlock / kPerRow rows. The register kernels hold a row in kPacks 16-byte packs a thread:
@@ -12,7 +14,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cuda_pipeline_primitives.h>
 #include <cuda_runtime.h>
+
+#include <cub/util_ptx.cuh>
+#include <cub/warp/warp_reduce.cuh>
 
 #include <mixtape/cuda/check.h>
 #include <mixtape/cuda/stream.cuh>
@@ -92,6 +98,85 @@ void launch_rows_by_length(const char* name, int64_t rows, int64_t C, Args... ar
   if (C <= 1024) launch_rows<kWarp, 256>(K<kWarp, 256>::kernel, name, rows, C, 0, args...);
   else if (C <= 8192) launch_rows<256, 256>(K<256, 256>::kernel, name, rows, C, 0, args...);
   else launch_rows<512, 512>(K<512, 512>::kernel, name, rows, C, 0, args...);
+}
+
+// ---- a row held by its threads -------------------------------------------------------------------
+
+/// Reduces v over the kPerRow threads that share a row (a warp, or the whole block when kPerRow == kBlock) and
+/// returns the result to all of them. Block form: every thread of the block must call it. Two levels of
+/// cub::WarpReduce: each warp's, then one warp over the kBlock / 32 partials (cub::BlockReduce's last level has
+/// thread 0 read all 32 partials at once, registers a 1024-thread kernel holding its row cannot spare). Two
+/// barriers, none trailing: a thread writes `part` or `result` again only past the next call's barrier, which
+/// every reader of this call's values has passed.
+template <int kPerRow, int kBlock, class V, class Op>
+__device__ __forceinline__ V row_all_reduce(V v, Op op) {
+  static_assert(kPerRow == kWarp || kPerRow == kBlock, "a row is owned by a warp or by a block");
+  constexpr int kWarps = kBlock / kWarp;
+  using WarpReduce = cub::WarpReduce<V>;
+  __shared__ typename WarpReduce::TempStorage tmp[kWarps];
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  const V r = WarpReduce(tmp[warp]).Reduce(v, op);  // valid in lane 0
+  __syncwarp();  // tmp is reused by the warp's next reduction
+  if constexpr (kPerRow == kWarp) {
+    return cub::ShuffleIndex<kWarp>(r, 0, 0xffffffffu);
+  } else {
+    static_assert(kWarps > 1 && kWarps <= kWarp && (kWarps & (kWarps - 1)) == 0, "blocks of 64 to 1024 threads");
+    using PartReduce = cub::WarpReduce<V, kWarps>;
+    __shared__ typename PartReduce::TempStorage part_tmp;
+    __shared__ V part[kWarps];
+    __shared__ V result;
+    if (lane == 0) part[warp] = r;
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < kWarps) {
+      const V total = PartReduce(part_tmp).Reduce(part[threadIdx.x], op);
+      if (threadIdx.x == 0) result = total;
+    }
+    __syncthreads();
+    return result;
+  }
+}
+
+/// Whether pack k of thread t lies in a row of n packs. The launchers pick kPacks, a power of two, as the smallest
+/// that holds the row (with_packs), so n > kPerRow·kPacks / 2 and the first half of the packs needs no test: fewer
+/// live predicates (an SM has 7 predicate registers a thread).
+template <int kPerRow, int kPacks>
+__device__ __forceinline__ bool has_pack(int k, int t, int n) {
+  return k < kPacks / 2 || t + k * kPerRow < n;
+}
+
+/// Thread t's share of a row of n packs: p[k] = row[t + k·kPerRow], zero past the row's end. All kPacks loads are
+/// issued before any is used, so a thread has its whole share of the row in flight at once.
+template <int kPerRow, int kPacks, class P>
+__device__ __forceinline__ void load_row(P (&p)[kPacks], const P* __restrict__ row, int t, int n) {
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) p[k] = has_pack<kPerRow, kPacks>(k, t, n) ? row[t + k * kPerRow] : P{};
+}
+
+/// Thread t's share of a row of n packs: p[k] = row[t + k·kPerRow], `pad` past the row's end. All kPacks loads are
+/// issued before any is used, so a thread has its whole share of the row in flight at once. The pad is chosen to
+/// change no statistic (−inf for a max and Σ exp, 0 for a sum of products), so that only the loads and the stores
+/// test has_pack: branches around the arithmetic cost live predicates and registers (ptxas spilled a 1024-thread
+/// kernel that had them).
+template <int kPerRow, int kPacks, class T, int V>
+__device__ __forceinline__ void load_row(Pack<T, V> (&p)[kPacks], const Pack<T, V>* __restrict__ row, int t, int n,
+                                         T pad) {
+  Pack<T, V> fill;
+#pragma unroll
+  for (int e = 0; e < V; ++e) fill.v[e] = pad;
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) p[k] = has_pack<kPerRow, kPacks>(k, t, n) ? row[t + k * kPerRow] : fill;
+}
+
+/// load_row into shared memory instead of registers, for packs kFrom… of kPacks: stash[(k − kFrom)·kPerRow + t] =
+/// row[t + k·kPerRow], by cp.async (no registers held while in flight). A thread reads back only its own packs,
+/// so __pipeline_wait_prior(0) is all it needs before reading them.
+template <int kPerRow, int kPacks, int kFrom = 0, class P>
+__device__ __forceinline__ void stash_row(P* stash, const P* __restrict__ row, int t, int n) {
+#pragma unroll
+  for (int k = kFrom; k < kPacks; ++k)
+    if (has_pack<kPerRow, kPacks>(k, t, n))
+      __pipeline_memcpy_async(&stash[(k - kFrom) * kPerRow + t], &row[t + k * kPerRow], sizeof(P));
+  __pipeline_commit();
 }
 
 }  // namespace mixtape::kernels::cuda::rowwise

@@ -53,7 +53,6 @@ using acc_t = std::conditional_t<std::is_same_v<T, double> || std::is_same_v<O, 
 // (outer · inner) columns from which a non-last dim runs the column kernel instead of a permuted copy.
 constexpr int64_t kColumnsMin = 16384;
 
-
 // ---- reductions over the threads of a row ---------------------------------------------------
 
 struct AddOp {
@@ -114,77 +113,7 @@ struct MergeMaxSum {
   }
 };
 
-/// Reduces v over the kPerRow threads that share a row (a warp, or the whole block when kPerRow == kBlock) and
-/// returns the result to all of them. Block form: every thread of the block must call it. Two levels of
-/// cub::WarpReduce: each warp's, then one warp over the kBlock / 32 partials (cub::BlockReduce's last level has
-/// thread 0 read all 32 partials at once, registers a 1024-thread kernel holding its row cannot spare). Two
-/// barriers, none trailing: a thread writes `part` or `result` again only past the next call's barrier, which
-/// every reader of this call's values has passed.
-template <int kPerRow, int kBlock, class V, class Op>
-__device__ __forceinline__ V row_all_reduce(V v, Op op) {
-  static_assert(kPerRow == kWarp || kPerRow == kBlock, "a row is owned by a warp or by a block");
-  constexpr int kWarps = kBlock / kWarp;
-  using WarpReduce = cub::WarpReduce<V>;
-  __shared__ typename WarpReduce::TempStorage tmp[kWarps];
-  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  const V r = WarpReduce(tmp[warp]).Reduce(v, op);  // valid in lane 0
-  __syncwarp();  // tmp is reused by the warp's next reduction
-  if constexpr (kPerRow == kWarp) {
-    return cub::ShuffleIndex<kWarp>(r, 0, 0xffffffffu);
-  } else {
-    static_assert(kWarps > 1 && kWarps <= kWarp && (kWarps & (kWarps - 1)) == 0, "blocks of 64 to 1024 threads");
-    using PartReduce = cub::WarpReduce<V, kWarps>;
-    __shared__ typename PartReduce::TempStorage part_tmp;
-    __shared__ V part[kWarps];
-    __shared__ V result;
-    if (lane == 0) part[warp] = r;
-    __syncthreads();
-    if (static_cast<int>(threadIdx.x) < kWarps) {
-      const V total = PartReduce(part_tmp).Reduce(part[threadIdx.x], op);
-      if (threadIdx.x == 0) result = total;
-    }
-    __syncthreads();
-    return result;
-  }
-}
-
 // ---- kernels over contiguous rows held in registers -----------------------------------------------
-
-
-/// Whether pack k of thread t lies in a row of n packs. The launchers pick kPacks, a power of two, as the smallest
-/// that holds the row (with_packs), so n > kPerRow·kPacks / 2 and the first half of the packs needs no test: fewer
-/// live predicates (an SM has 7 predicate registers a thread).
-template <int kPerRow, int kPacks>
-__device__ __forceinline__ bool has_pack(int k, int t, int n) {
-  return k < kPacks / 2 || t + k * kPerRow < n;
-}
-
-/// Thread t's share of a row of n packs: p[k] = row[t + k·kPerRow], `pad` past the row's end. All kPacks loads are
-/// issued before any is used, so a thread has its whole share of the row in flight at once. The pad is chosen to
-/// change no statistic (−inf for a max and Σ exp, 0 for a sum of products), so that only the loads and the stores
-/// test has_pack: branches around the arithmetic cost live predicates and registers (ptxas spilled a 1024-thread
-/// kernel that had them).
-template <int kPerRow, int kPacks, class T, int V>
-__device__ __forceinline__ void load_row(Pack<T, V> (&p)[kPacks], const Pack<T, V>* __restrict__ row, int t, int n,
-                                         T pad) {
-  Pack<T, V> fill;
-#pragma unroll
-  for (int e = 0; e < V; ++e) fill.v[e] = pad;
-#pragma unroll
-  for (int k = 0; k < kPacks; ++k) p[k] = has_pack<kPerRow, kPacks>(k, t, n) ? row[t + k * kPerRow] : fill;
-}
-
-/// load_row into shared memory instead of registers: stash[k·kPerRow + t] = row[t + k·kPerRow], by cp.async
-/// (no registers held while in flight; without a wait, reads are not ordered after it). A thread reads back only
-/// its own packs, so __pipeline_wait_prior(0) is all it needs before reading them.
-template <int kPerRow, int kPacks, class P>
-__device__ __forceinline__ void stash_row(P* stash, const P* __restrict__ row, int t, int n) {
-#pragma unroll
-  for (int k = 0; k < kPacks; ++k)
-    if (has_pack<kPerRow, kPacks>(k, t, n))
-      __pipeline_memcpy_async(&stash[k * kPerRow + t], &row[t + k * kPerRow], sizeof(P));
-  __pipeline_commit();
-}
 
 /// max with NaN kept: a NaN, once seen, stays (as ops/cpu/nn.cpp's max_with_nan; fmax would drop it).
 struct MaxNanOp {
@@ -470,14 +399,11 @@ RowLayout row_layout(const Shape& shape, int64_t dim) {
   return L;
 }
 
-
-
 /// Whether the backward of a configuration keeps its second input in shared memory: two inputs of kPacks packs
 /// (4 registers each) would take 32 or more of the 64 registers a 1024-thread block allows (ptxas spilled the
 /// 16-bit kernel at exactly 32).
 template <class Cfg>
 constexpr bool kStashes = Cfg::block == 1024 && 2 * Cfg::packs * 4 >= 32;
-
 
 template <class T, class O>
 struct FwdRows {
