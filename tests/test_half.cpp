@@ -450,6 +450,29 @@ BOOST_AUTO_TEST_CASE(bf16_every_pattern) {
   BOOST_TEST(fails.checked == 3 * 65536);
 }
 
+// Device code pairs the hardware conversions with these closed forms of the NaN rule (and a whole closed form
+// for bf16 -> float); each must give the integer templates' bits for every input it is used on.
+BOOST_AUTO_TEST_CASE(device_nan_rule_closed_forms) {
+  namespace d = mixtape::detail;
+  Failures fails;
+  for (uint32_t i = 0; i <= 0xffff && fails.room(); ++i) {
+    const uint16_t p = static_cast<uint16_t>(i);
+    fails.expect("bf16_to_float_bits", p, d::bf16_to_float_bits(p), d::widen_bits<uint32_t, 8, 7, 8, 23>(p));
+    if (is_f16_nan(p))
+      fails.expect("nan_half_to_float_bits", p, d::nan_half_to_float_bits(p), d::widen_bits<uint32_t, 5, 10, 8, 23>(p));
+  }
+  // Every NaN float: both signs, every non-zero 23-bit payload.
+  for (uint32_t sign = 0; sign < 2; ++sign)
+    for (uint32_t payload = 1; payload < (1u << 23) && fails.room(); ++payload) {
+      const uint32_t x = sign << 31 | 0x7f800000u | payload;
+      const float f = std::bit_cast<float>(x);
+      fails.expect("nan_float_to_half_bits", f, d::nan_float_to_half_bits(x), d::narrow_bits<uint32_t, 8, 23, 5, 10>(x));
+      fails.expect("nan_float_to_bf16_bits", f, d::nan_float_to_bf16_bits(x), d::narrow_bits<uint32_t, 8, 23, 8, 7>(x));
+    }
+  BOOST_TEST(fails.count == 0);
+  BOOST_TEST(fails.checked == 65536 + 2 * 1023 + 4 * ((1 << 23) - 1));
+}
+
 BOOST_AUTO_TEST_CASE(float_to_bf16) {
   Failures fails;
   auto check = [&](float f) {
