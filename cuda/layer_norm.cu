@@ -125,7 +125,7 @@ __device__ __forceinline__ void load_params(float (&out)[V], const float* __rest
 /// registers, and are read from there in each of the three steps: a 1024-thread block holding 32 elements a thread
 /// in registers has no room left for the weight and bias of the last step (ptxas spilled, whatever the order).
 template <class T, int kPerRow, int kBlock, int kPacks, int kStashed>
-__global__ void __launch_bounds__(kBlock, 1)
+__global__ void __launch_bounds__(kBlock, (kMinBlocks<T, kBlock>))
     layer_norm_fwd_kernel(const T* __restrict__ x,           // (rows, M)
                           const float* __restrict__ weight,  // (M) or null
                           const float* __restrict__ bias,    // (M) or null
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kBlock, 1)
     P p[kHeld];
 #pragma unroll
     for (int k = 0; k < kHeld; ++k) p[k] = has_pack<kPerRow, kPacks>(k, t, n) ? xv[t + k * kPerRow] : P{};
-    const Acc x0 = static_cast<Acc>(xr[0]);
+    const Acc x0 = widen<Acc>(xr[0]);
     if constexpr (kStashed > 0) __pipeline_wait_prior(0);
     auto stashed = [&](int k) { return stash[(k - kHeld) * kPerRow + t]; };
     // Past the row's end a pack adds 0: selects for the packs in registers (branches around unrolled arithmetic
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kBlock, 1)
       if (k >= kHeld && !in) continue;
       const P q = k < kHeld ? p[k] : stashed(k);
 #pragma unroll
-      for (int e = 0; e < V; ++e) s += in ? static_cast<Acc>(q.v[e]) - x0 : Acc(0);
+      for (int e = 0; e < V; ++e) s += in ? widen<Acc>(q.v[e]) - x0 : Acc(0);
     }
     const Acc mu = x0 + row_all_reduce<kPerRow, kBlock>(s, AddOp{}) / static_cast<Acc>(M);
     Acc d[kHeld][V], q = 0;
@@ -170,14 +170,14 @@ __global__ void __launch_bounds__(kBlock, 1)
       if (k < kHeld) {
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          d[k][e] = static_cast<Acc>(p[k].v[e]) - mu;
+          d[k][e] = widen<Acc>(p[k].v[e]) - mu;
           q += in ? d[k][e] * d[k][e] : Acc(0);
         }
       } else if (in) {
         const P xs = stashed(k);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          const Acc de = static_cast<Acc>(xs.v[e]) - mu;
+          const Acc de = widen<Acc>(xs.v[e]) - mu;
           q += de * de;
         }
       }
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kBlock, 1)
         } else {
           const P xs = stashed(k);
 #pragma unroll
-          for (int e = 0; e < V; ++e) dk[e] = static_cast<Acc>(xs.v[e]) - mu;
+          for (int e = 0; e < V; ++e) dk[e] = widen<Acc>(xs.v[e]) - mu;
         }
         load_params(w, weight, i, true, Acc(1));
         load_params(b, bias, i, true, Acc(0));
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kBlock, 1)
           Acc r = dk[e] * rs;
           if (weight) r *= w[e];
           if (bias) r += b[e];
-          o.v[e] = convert<T>(r);
+          o.v[e] = narrow<T>(r);
         }
         yv[i] = o;
       }
@@ -236,13 +236,13 @@ __global__ void __launch_bounds__(kBlock)
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
     const T* xr = x + row * M;
-    const Acc x0 = static_cast<Acc>(xr[0]);
+    const Acc x0 = widen<Acc>(xr[0]);
     Acc s = 0;
-    for_my_elements<kPerRow>(xr, M, t, vec, [&](int, T v) { s += static_cast<Acc>(v) - x0; });
+    for_my_elements<kPerRow>(xr, M, t, vec, [&](int, T v) { s += widen<Acc>(v) - x0; });
     const Acc mu = x0 + row_all_reduce<kPerRow, kBlock>(s, AddOp{}) / static_cast<Acc>(M);
     Acc q = 0;
     for_my_elements<kPerRow>(xr, M, t, vec, [&](int, T v) {
-      const Acc d = static_cast<Acc>(v) - mu;
+      const Acc d = widen<Acc>(v) - mu;
       q += d * d;
     });
     const Acc var = row_all_reduce<kPerRow, kBlock>(q, AddOp{}) / static_cast<Acc>(M);  // biased, like PyTorch
@@ -252,10 +252,10 @@ __global__ void __launch_bounds__(kBlock)
       rstd[row] = rs;
     }
     auto out = [&](int j, T v) {
-      Acc r = (static_cast<Acc>(v) - mu) * rs;
+      Acc r = (widen<Acc>(v) - mu) * rs;
       if (weight) r *= weight[j];
       if (bias) r += bias[j];
-      return convert<T>(r);
+      return narrow<T>(r);
     };
     T* yr = y + row * M;
     if (vec) {
@@ -285,9 +285,10 @@ __global__ void __launch_bounds__(kBlock)
 /// its rows per column in shared memory — one (dweight, dbias) pair of M-rows per row owner (warp or block), so a
 /// column's slot is only ever touched by the one thread whose elements it holds — and writes them, summed over its
 /// row owners in order, as row blockIdx.x of part (gridDim.x, 2, M). A template parameter rather than a null test,
-/// so the kernels without it carry none of its registers.
+/// so the kernels without it carry none of its registers. Its shared memory bounds its blocks an SM already, so
+/// it asks for no minimum (at kMinBlocks' 80 registers ptxas spilled the bf16 one).
 template <class T, int kPerRow, int kBlock, int kPacks, bool kStash, bool kColumns>
-__global__ void __launch_bounds__(kBlock, 1)
+__global__ void __launch_bounds__(kBlock, (kColumns ? 1 : kMinBlocks<T, kBlock, 2>))
     layer_norm_bwd_dx_kernel(const T* __restrict__ dy,          // (rows, M)
                              const T* __restrict__ x,           // (rows, M)
                              const float* __restrict__ mean,    // (rows)
@@ -343,9 +344,9 @@ __global__ void __launch_bounds__(kBlock, 1)
       load_params(w, weight, t + k * kPerRow, in, Acc(0));
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const Acc gj = weight ? mul_rn(static_cast<Acc>(g[k].v[e]), w[e]) : static_cast<Acc>(g[k].v[e]);
+        const Acc gj = weight ? mul_rn(widen<Acc>(g[k].v[e]), w[e]) : widen<Acc>(g[k].v[e]);
         s.a += gj;
-        s.b += gj * ((static_cast<Acc>(xp.v[e]) - mu) * rs);
+        s.b += gj * ((widen<Acc>(xp.v[e]) - mu) * rs);
       }
     }
     s = row_all_reduce<kPerRow, kBlock>(s, AddOp{});
@@ -362,13 +363,13 @@ __global__ void __launch_bounds__(kBlock, 1)
         P o;
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          const Acc gv = static_cast<Acc>(g[k].v[e]), xhat = (static_cast<Acc>(xp.v[e]) - mu) * rs;
+          const Acc gv = widen<Acc>(g[k].v[e]), xhat = (widen<Acc>(xp.v[e]) - mu) * rs;
           if constexpr (kColumns) {
             const int slot = e * n + i;
             cols[slot] += gv * xhat;
             cols[M + slot] += gv;
           }
-          o.v[e] = convert<T>(rs * ((weight ? mul_rn(gv, w[e]) : gv) - mg - xhat * mgx));
+          o.v[e] = narrow<T>(rs * ((weight ? mul_rn(gv, w[e]) : gv) - mg - xhat * mgx));
         }
         dv[i] = o;
       }
@@ -435,7 +436,7 @@ __global__ void __launch_bounds__(kBlock)
         cols[k] += g * xhat;
         cols[M + k] += g;
       }
-      return convert<T>(rs * (gw(j, g) - mg - xhat * mgx));
+      return narrow<T>(rs * (gw(j, g) - mg - xhat * mgx));
     };
     if (vec) {
       const auto* gv = reinterpret_cast<const Pack<T, V>*>(dy + off);
@@ -444,10 +445,10 @@ __global__ void __launch_bounds__(kBlock)
       for (int i = t; i < M / V; i += kPerRow) {
         const Pack<T, V> g = gv[i], p = xv[i];
 #pragma unroll
-        for (int k = 0; k < V; ++k) add(i * V + k, static_cast<Acc>(g.v[k]), static_cast<Acc>(p.v[k]));
+        for (int k = 0; k < V; ++k) add(i * V + k, widen<Acc>(g.v[k]), widen<Acc>(p.v[k]));
       }
     } else {
-      for (int i = t; i < M; i += kPerRow) add(i, static_cast<Acc>(dy[off + i]), static_cast<Acc>(x[off + i]));
+      for (int i = t; i < M; i += kPerRow) add(i, widen<Acc>(dy[off + i]), widen<Acc>(x[off + i]));
     }
     s = row_all_reduce<kPerRow, kBlock>(s, AddOp{});
     const Acc mg = s.a / static_cast<Acc>(M), mgx = s.b / static_cast<Acc>(M);
@@ -460,12 +461,12 @@ __global__ void __launch_bounds__(kBlock)
         const Pack<T, V> g = gv[i], p = xv[i];
         Pack<T, V> o;
 #pragma unroll
-        for (int k = 0; k < V; ++k) o.v[k] = grad(i * V + k, static_cast<Acc>(g.v[k]), static_cast<Acc>(p.v[k]), mg, mgx);
+        for (int k = 0; k < V; ++k) o.v[k] = grad(i * V + k, widen<Acc>(g.v[k]), widen<Acc>(p.v[k]), mg, mgx);
         dv[i] = o;
       }
     } else {
       for (int i = t; i < M; i += kPerRow)
-        dx[off + i] = grad(i, static_cast<Acc>(dy[off + i]), static_cast<Acc>(x[off + i]), mg, mgx);
+        dx[off + i] = grad(i, widen<Acc>(dy[off + i]), widen<Acc>(x[off + i]), mg, mgx);
     }
   }
   if (!part) return;
@@ -502,8 +503,8 @@ __global__ void __launch_bounds__(kColumnThreads) layer_norm_bwd_params_partial_
   const int64_t chunk = blockIdx.y, r0 = chunk * rows_per_chunk, r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
   Acc dw = 0, db = 0;
   for (int64_t r = r0; r < r1; ++r) {
-    const Acc g = static_cast<Acc>(dy[r * M + j]);
-    if (dweight_part) dw += g * ((static_cast<Acc>(x[r * M + j]) - mean[r]) * rstd[r]);
+    const Acc g = widen<Acc>(dy[r * M + j]);
+    if (dweight_part) dw += g * ((widen<Acc>(x[r * M + j]) - mean[r]) * rstd[r]);
     db += g;
   }
   if (dweight_part) dweight_part[chunk * M + j] = dw;

@@ -13,13 +13,17 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_pipeline_primitives.h>
 #include <cuda_runtime.h>
 
 #include <cub/util_ptx.cuh>
 #include <cub/warp/warp_reduce.cuh>
 
+#include <mixtape/core/dtype.h>
 #include <mixtape/cuda/check.h>
 #include <mixtape/cuda/stream.cuh>
 
@@ -54,6 +58,15 @@ template <int kPerRow, int kBlock, int kPacks>
 struct RowConfig : RowThreads<kPerRow, kBlock> {
   static constexpr int packs = kPacks;
 };
+
+/// The second __launch_bounds__ argument of a register kernel over T rows in blocks of kBlock that holds kInputs
+/// rows a thread: the blocks an SM must hold at once. A thread of a 16-bit kernel holds as many elements as an f32
+/// one but half the bytes, so at equal occupancy an SM has half the bytes in flight (H100, first runs: 16-bit rows
+/// 44-66% of a copy's bandwidth, f32 rows 99-104%, both at 16 warps an SM for rows of 1024). 16-bit kernels
+/// therefore ask for 32 warps an SM with one input (64 registers a thread) and 24 with two (80 registers; at 64
+/// ptxas spilled the 4-pack backward kernels), f32 ones for nothing (ptxas may use up to 255 registers).
+template <class T, int kBlock, int kInputs = 1>
+constexpr int kMinBlocks = sizeof(T) == 2 ? std::max(1, (kInputs == 1 ? 1024 : 768) / kBlock) : 1;
 
 /// f(RowConfig<kPerRow, kBlock, kP>{}) for the smallest power of two kP in [kPacks, kMax] with kPerRow·kP >= n.
 template <int kPerRow, int kBlock, int kPacks, int kMax, class F>
@@ -98,6 +111,31 @@ void launch_rows_by_length(const char* name, int64_t rows, int64_t C, Args... ar
   if (C <= 1024) launch_rows<kWarp, 256>(K<kWarp, 256>::kernel, name, rows, C, 0, args...);
   else if (C <= 8192) launch_rows<256, 256>(K<256, 256>::kernel, name, rows, C, 0, args...);
   else launch_rows<512, 512>(K<512, 512>::kernel, name, rows, C, 0, args...);
+}
+
+// ---- element conversions for arithmetic ------------------------------------------------------------
+
+/// x as Acc, to compute with: one hardware cvt for f16 (a shift for bf16), exact for every value. A NaN gives a NaN
+/// but not core/half.h's NaN rule bits (those need a test and a select per element): the row kernels' outputs
+/// are arithmetic on their inputs, and arithmetic on a NaN makes a NaN whose bits no backend fixes. Casts, which
+/// move NaN bits, keep the rule (convert).
+template <class Acc, class T>
+__device__ __forceinline__ Acc widen(T x) {
+  if constexpr (std::is_same_v<T, Half>) return static_cast<Acc>(__half2float(__ushort_as_half(x.bits)));
+  else if constexpr (std::is_same_v<T, BFloat16>) return static_cast<Acc>(__uint_as_float(static_cast<uint32_t>(x.bits) << 16));
+  else return static_cast<Acc>(x);
+}
+
+/// v rounded once to O (round to nearest even, subnormals kept: one hardware cvt from f32), for a row kernel's
+/// output; as widen, a NaN stays a NaN without the NaN rule's bits. From f64, convert (one rounding from double).
+template <class O, class Acc>
+__device__ __forceinline__ O narrow(Acc v) {
+  if constexpr (std::is_same_v<O, Half> && std::is_same_v<Acc, float>)
+    return Half::from_bits(__half_as_ushort(__float2half_rn(v)));
+  else if constexpr (std::is_same_v<O, BFloat16> && std::is_same_v<Acc, float>)
+    return BFloat16::from_bits(__bfloat16_as_ushort(__float2bfloat16_rn(v)));
+  else
+    return convert<O>(v);
 }
 
 // ---- a row held by its threads -------------------------------------------------------------------

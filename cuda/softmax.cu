@@ -87,10 +87,10 @@ __device__ __forceinline__ void online_add(MaxSum<Acc>& a, Acc x) {
 template <class Acc, class T, int V>
 __device__ __forceinline__ void online_add_pack(MaxSum<Acc>& a, const Pack<T, V>& p) {
   Acc x[V];
-  Acc pm = static_cast<Acc>(p.v[0]);
+  Acc pm = widen<Acc>(p.v[0]);
 #pragma unroll
   for (int k = 0; k < V; ++k) {
-    x[k] = static_cast<Acc>(p.v[k]);
+    x[k] = widen<Acc>(p.v[k]);
     pm = x[k] > pm ? x[k] : pm;
   }
   if (pm > a.m) {
@@ -130,7 +130,7 @@ struct MaxNanOp {
 /// NaN and infinities end as on the CPU: a NaN max, or a +inf one (inf − inf), or an all −inf row (−inf − −inf)
 /// makes s NaN and so the whole row; −inf elements of other rows add exp(−inf) = 0.
 template <class T, class O, int kPerRow, int kBlock, int kPacks>
-__global__ void __launch_bounds__(kBlock, 1)
+__global__ void __launch_bounds__(kBlock, (kMinBlocks<T, kBlock>))
     softmax_fwd_kernel(const T* __restrict__ x,  // (rows, C)
                        O* __restrict__ y,        // (rows, C)
                        int64_t rows, int C, bool log) {
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kBlock, 1)
 #pragma unroll
     for (int k = 0; k < kPacks; ++k)
 #pragma unroll
-      for (int e = 0; e < V; ++e) m = MaxNanOp{}(m, static_cast<Acc>(p[k].v[e]));
+      for (int e = 0; e < V; ++e) m = MaxNanOp{}(m, widen<Acc>(p[k].v[e]));
     m = row_all_reduce<kPerRow, kBlock>(m, MaxNanOp{});
     // a = x − m for log_softmax (exact for f16/bf16 data, as on the CPU), e = exp(x − m) for softmax: one exp.
     Acc a[kPacks][V], s = 0;
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kBlock, 1)
     for (int k = 0; k < kPacks; ++k)
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const Acc d = static_cast<Acc>(p[k].v[e]) - m, ex = math::detail::exp(d);
+        const Acc d = widen<Acc>(p[k].v[e]) - m, ex = math::detail::exp(d);
         s += ex;
         a[k][e] = log ? d : ex;
       }
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kBlock, 1)
       if (has_pack<kPerRow, kPacks>(k, t, n)) {
         Pack<O, V> q;
 #pragma unroll
-        for (int e = 0; e < V; ++e) q.v[e] = convert<O>(log ? a[k][e] - ls : a[k][e] * inv);
+        for (int e = 0; e < V; ++e) q.v[e] = narrow<O>(log ? a[k][e] - ls : a[k][e] * inv);
         yv[t + k * kPerRow] = q;
       }
   }
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kBlock, 1)
 /// for Pack accesses. With kStash, y waits in dynamic shared memory (kPacks·kBlock packs) rather than registers.
 /// Overwrites dx.
 template <class T, int kPerRow, int kBlock, int kPacks, bool kStash>
-__global__ void __launch_bounds__(kBlock, 1)
+__global__ void __launch_bounds__(kBlock, (kMinBlocks<T, kBlock, 2>))
     softmax_bwd_kernel(const T* __restrict__ dy,  // (rows, C)
                        const T* __restrict__ y,   // (rows, C)
                        T* __restrict__ dx,        // (rows, C)
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kBlock, 1)
       const P q = y_pack(k);
 #pragma unroll
       for (int e = 0; e < V; ++e)
-        s += log ? static_cast<Acc>(g[k].v[e]) : static_cast<Acc>(g[k].v[e]) * static_cast<Acc>(q.v[e]);
+        s += log ? widen<Acc>(g[k].v[e]) : widen<Acc>(g[k].v[e]) * widen<Acc>(q.v[e]);
     }
     s = row_all_reduce<kPerRow, kBlock>(s, AddOp{});
     auto* dv = reinterpret_cast<P*>(dx + off);
@@ -228,8 +228,8 @@ __global__ void __launch_bounds__(kBlock, 1)
         P o;
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          const Acc gv = static_cast<Acc>(g[k].v[e]), yv = static_cast<Acc>(q.v[e]);
-          o.v[e] = convert<T>(log ? gv - math::detail::exp(yv) * s : yv * (gv - s));
+          const Acc gv = widen<Acc>(g[k].v[e]), yv = widen<Acc>(q.v[e]);
+          o.v[e] = narrow<T>(log ? gv - math::detail::exp(yv) * s : yv * (gv - s));
         }
         dv[t + k * kPerRow] = o;
       }
@@ -260,14 +260,14 @@ __global__ void __launch_bounds__(kBlock)
         online_add_pack(st, xv[i]);
       }
     } else {
-      for (int i = t; i < C; i += kPerRow) online_add(st, static_cast<Acc>(xr[i]));
+      for (int i = t; i < C; i += kPerRow) online_add(st, widen<Acc>(xr[i]));
     }
     st = row_all_reduce<kPerRow, kBlock>(st, MergeMaxSum{});
     // (x − max) − log s, as the CPU: x − max is exact for f16/bf16 data; else exp(x − max) · (1 / s), which
     // differs from the CPU's division by at most an ulp of Acc and spares a division per element.
     const Acc ls = log ? math::detail::log(st.s) : Acc(0), inv = Acc(1) / st.s;
     auto out = [&](Acc v) {
-      return log ? convert<O>((v - st.m) - ls) : convert<O>(math::detail::exp(v - st.m) * inv);
+      return log ? narrow<O>((v - st.m) - ls) : narrow<O>(math::detail::exp(v - st.m) * inv);
     };
     if (vec) {
       const auto* xv = reinterpret_cast<const Pack<T, V>*>(xr);
@@ -277,11 +277,11 @@ __global__ void __launch_bounds__(kBlock)
         const Pack<T, V> p = xv[i];
         Pack<O, V> q;
 #pragma unroll
-        for (int k = 0; k < V; ++k) q.v[k] = out(static_cast<Acc>(p.v[k]));
+        for (int k = 0; k < V; ++k) q.v[k] = out(widen<Acc>(p.v[k]));
         yv[i] = q;
       }
     } else {
-      for (int i = t; i < C; i += kPerRow) yr[i] = out(static_cast<Acc>(xr[i]));
+      for (int i = t; i < C; i += kPerRow) yr[i] = out(widen<Acc>(xr[i]));
     }
   }
 }
@@ -310,10 +310,10 @@ __global__ void __launch_bounds__(kBlock)
       for (int i = t; i < C / V; i += kPerRow) {
         const Pack<T, V> g = gv[i], p = yv[i];
 #pragma unroll
-        for (int k = 0; k < V; ++k) s += term(static_cast<Acc>(g.v[k]), static_cast<Acc>(p.v[k]));
+        for (int k = 0; k < V; ++k) s += term(widen<Acc>(g.v[k]), widen<Acc>(p.v[k]));
       }
     } else {
-      for (int i = t; i < C; i += kPerRow) s += term(static_cast<Acc>(dy[off + i]), static_cast<Acc>(y[off + i]));
+      for (int i = t; i < C; i += kPerRow) s += term(widen<Acc>(dy[off + i]), widen<Acc>(y[off + i]));
     }
     s = row_all_reduce<kPerRow, kBlock>(s, AddOp{});
     if (vec) {
@@ -325,12 +325,12 @@ __global__ void __launch_bounds__(kBlock)
         const Pack<T, V> g = gv[i], p = yv[i];
         Pack<T, V> q;
 #pragma unroll
-        for (int k = 0; k < V; ++k) q.v[k] = convert<T>(grad(static_cast<Acc>(g.v[k]), static_cast<Acc>(p.v[k]), s));
+        for (int k = 0; k < V; ++k) q.v[k] = narrow<T>(grad(widen<Acc>(g.v[k]), widen<Acc>(p.v[k]), s));
         dv[i] = q;
       }
     } else {
       for (int i = t; i < C; i += kPerRow)
-        dx[off + i] = convert<T>(grad(static_cast<Acc>(dy[off + i]), static_cast<Acc>(y[off + i]), s));
+        dx[off + i] = narrow<T>(grad(widen<Acc>(dy[off + i]), widen<Acc>(y[off + i]), s));
     }
   }
 }
@@ -352,11 +352,11 @@ __global__ void __launch_bounds__(kColumnThreads) softmax_fwd_columns_kernel(con
   for (int64_t it = first_index(); it < outer * inner; it += grid_stride()) {
     const int64_t o = it / inner, base = o * C * inner + (it - o * inner);
     MaxSum<Acc> st{-std::numeric_limits<Acc>::infinity(), Acc(0)};
-    for (int64_t c = 0; c < C; ++c) online_add(st, static_cast<Acc>(x[base + c * inner]));
+    for (int64_t c = 0; c < C; ++c) online_add(st, widen<Acc>(x[base + c * inner]));
     const Acc ls = log ? math::detail::log(st.s) : Acc(0), inv = Acc(1) / st.s;
     for (int64_t c = 0; c < C; ++c) {
-      const Acc v = static_cast<Acc>(x[base + c * inner]);
-      y[base + c * inner] = log ? convert<O>((v - st.m) - ls) : convert<O>(math::detail::exp(v - st.m) * inv);
+      const Acc v = widen<Acc>(x[base + c * inner]);
+      y[base + c * inner] = log ? narrow<O>((v - st.m) - ls) : narrow<O>(math::detail::exp(v - st.m) * inv);
     }
   }
 }
@@ -374,12 +374,12 @@ __global__ void __launch_bounds__(kColumnThreads) softmax_bwd_columns_kernel(con
     Acc s = 0;
     for (int64_t c = 0; c < C; ++c) {
       const int64_t i = base + c * inner;
-      s += log ? static_cast<Acc>(dy[i]) : static_cast<Acc>(dy[i]) * static_cast<Acc>(y[i]);
+      s += log ? widen<Acc>(dy[i]) : widen<Acc>(dy[i]) * widen<Acc>(y[i]);
     }
     for (int64_t c = 0; c < C; ++c) {
       const int64_t i = base + c * inner;
-      const Acc g = static_cast<Acc>(dy[i]), yv = static_cast<Acc>(y[i]);
-      dx[i] = convert<T>(log ? g - math::detail::exp(yv) * s : yv * (g - s));
+      const Acc g = widen<Acc>(dy[i]), yv = widen<Acc>(y[i]);
+      dx[i] = narrow<T>(log ? g - math::detail::exp(yv) * s : yv * (g - s));
     }
   }
 }
