@@ -53,9 +53,12 @@ struct LayerNormResult {
 struct LayerNormGrads {
   Tensor dx, dweight, dbias;  // dweight/dbias undefined when weight/bias are
 };
-/// The fused cross-entropy forward: per-row loss and log-sum-exp, (rows) each in f32 (f64 for f64 logits).
+/// The fused cross-entropy forward: per-row loss and log-sum-exp, (rows) each in f32 (f64 for f64 logits), and the
+/// reductions of the loss, 0-d in the same dtype: sum = Σ loss, count = rows whose target is not ignore_index, mean
+/// = sum / count (NaN when no row counts, as PyTorch's).
 struct CrossEntropyResult {
   Tensor loss, lse;
+  Tensor sum, count, mean;
 };
 struct MaxPoolResult {
   Tensor y, indices;

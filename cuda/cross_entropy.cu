@@ -1,4 +1,4 @@
-// cuda/cross_entropy.cu — fused cross-entropy over (rows, C) logits: forward and backward, one kernel each.
+// cuda/cross_entropy.cu — fused cross-entropy over (rows, C) logits: forward and backward, one row kernel each.
 //
 // The one design idea: each pass touches a logit once. The forward reads a
 // row in a single sweep, keeping an online (max m, Σ exp(x − m)) per thread —
@@ -9,11 +9,13 @@
 // logit x_t (loaded before the sweep) and writes the loss and the log-sum-exp.
 // The backward reads x once and writes dx once: dx = (exp(x − lse) −
 // (1 − ε)·[c == t] − ε/C) · scale, rounded once. Both call the formulas of
-// core/loss_math.h, as the CPU reference (ops/cpu/nn.cpp) does.
+// core/loss_math.h, as the CPU reference (ops/cpu/nn.cpp) does. After the
+// forward, one block sums the rows' losses and counts the counted rows (the
+// sum and mean reductions: one small kernel, no scalar from the host).
 //
 // A row belongs to a warp for C <= 1024, else to a block of 256 (C <= 8192)
 // or 512 threads; rows whose length is a multiple of 16 bytes move as 16-byte
-// vectors. No atomics: each row is reduced by its own threads in a fixed
+// vectors. No atomics: each row, and the sum over rows, is reduced in a fixed
 // order, so results are deterministic.
 //
 // Targets: a row whose target is ignore_index has loss 0 and dx 0 (whatever
@@ -136,7 +138,7 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_fwd_kernel(const T* __re
     const int64_t ti = target[row];
     const bool counted = ti != ignore_index, in_range = ti >= 0 && ti < C;
     Acc xt = 0;  // loaded before the sweep, used after the reduction
-    if (t == 0 && counted && in_range) xt = static_cast<Acc>(xr[ti]);
+    if (t == 0 && counted && in_range) xt = widen<Acc>(xr[ti]);
     RowStats<Acc> st{-std::numeric_limits<Acc>::infinity(), Acc(0), Acc(0), 0};
     if (vec) {
       const auto* xv = reinterpret_cast<const Pack<T, V>*>(xr);
@@ -144,10 +146,10 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_fwd_kernel(const T* __re
       for (int i = t; i < C / V; i += kPerRow) {
         const Pack<T, V> p = xv[i];
 #pragma unroll
-        for (int j = 0; j < V; ++j) stats_add<kSmooth>(st, static_cast<Acc>(p.v[j]));
+        for (int j = 0; j < V; ++j) stats_add<kSmooth>(st, widen<Acc>(p.v[j]));
       }
     } else {
-      for (int i = t; i < C; i += kPerRow) stats_add<kSmooth>(st, static_cast<Acc>(xr[i]));
+      for (int i = t; i < C; i += kPerRow) stats_add<kSmooth>(st, widen<Acc>(xr[i]));
     }
     st = row_reduce<kPerRow, kBlock>(st, MergeRowStats<kSmooth>{});
     if (t == 0) {
@@ -184,7 +186,7 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_bwd_kernel(const T* __re
     T* dr = dx + row * C;
     const int64_t ti = target[row];
     if (ti == ignore_index || ti < 0 || ti >= C) {  // a constant row: x is not read
-      const T fill = convert<T>(ti == ignore_index ? Acc(0) : std::numeric_limits<Acc>::quiet_NaN());
+      const T fill = narrow<T>(ti == ignore_index ? Acc(0) : std::numeric_limits<Acc>::quiet_NaN());
       if (vec) {
         Pack<T, V> q;
 #pragma unroll
@@ -207,12 +209,12 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_bwd_kernel(const T* __re
         Pack<T, V> q;
 #pragma unroll
         for (int j = 0; j < V; ++j)
-          q.v[j] = convert<T>(math::cross_entropy_grad(static_cast<Acc>(p.v[j]), l, i * V + j == target_c, w, k));
+          q.v[j] = narrow<T>(math::cross_entropy_grad(widen<Acc>(p.v[j]), l, i * V + j == target_c, w, k));
         dv[i] = q;
       }
     } else {
       for (int i = t; i < C; i += kPerRow)
-        dr[i] = convert<T>(math::cross_entropy_grad(static_cast<Acc>(xr[i]), l, i == target_c, w, k));
+        dr[i] = narrow<T>(math::cross_entropy_grad(widen<Acc>(xr[i]), l, i == target_c, w, k));
     }
   }
 }
@@ -236,6 +238,38 @@ struct BwdRows {
   };
 };
 
+constexpr int kSumThreads = 1024;
+
+/// The loss's reductions, out = (Σ loss, rows whose target is not ignore_index, their quotient), by one block:
+/// thread t sums rows t, t + kSumThreads, … in order, then cub::BlockReduce — a fixed order, so every run gives
+/// the same bits. One small kernel after the rows' one, instead of the five a sum, a count and a division took.
+template <class Acc>
+__global__ void __launch_bounds__(kSumThreads) cross_entropy_sum_kernel(const Acc* __restrict__ loss,        // (rows)
+                                                                        const int64_t* __restrict__ target,  // (rows)
+                                                                        int64_t rows, int64_t ignore_index,
+                                                                        Acc* __restrict__ out) {  // (3)
+  using SumReduce = cub::BlockReduce<Acc, kSumThreads>;
+  using CountReduce = cub::BlockReduce<int64_t, kSumThreads>;
+  __shared__ union {
+    typename SumReduce::TempStorage sum;
+    typename CountReduce::TempStorage count;
+  } tmp;
+  Acc s = 0;
+  int64_t c = 0;
+  for (int64_t i = threadIdx.x; i < rows; i += kSumThreads) {
+    s += loss[i];
+    c += target[i] != ignore_index ? 1 : 0;
+  }
+  const Acc sum = SumReduce(tmp.sum).Sum(s);
+  __syncthreads();  // tmp is reused
+  const int64_t counted = CountReduce(tmp.count).Sum(c);
+  if (threadIdx.x == 0) {
+    out[0] = sum;
+    out[1] = static_cast<Acc>(counted);
+    out[2] = sum / static_cast<Acc>(counted);
+  }
+}
+
 DType acc_dtype_of(DType t) { return t == DType::kF64 ? DType::kF64 : DType::kF32; }
 
 }  // namespace
@@ -245,8 +279,9 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target_in, 
   const char* op = "cross_entropy_fwd_kernel";
   const int64_t rows = logits.size(0), C = logits.size(1);
   const TensorOptions stats = TensorOptions(acc_dtype_of(logits.dtype())).device(logits.device());
-  CrossEntropyResult r{empty({rows}, stats), empty({rows}, stats)};
-  if (rows == 0) return r;
+  const Tensor sums = empty({3}, stats);  // sum, count, mean
+  CrossEntropyResult r{empty({rows}, stats), empty({rows}, stats), raw::select(sums, 0, 0), raw::select(sums, 0, 1),
+                       raw::select(sums, 0, 2)};
   MT_CHECK(C <= std::numeric_limits<int>::max(), op, ": rows of ", C, " classes are too long");
   const Tensor x = raw::contiguous(logits), target = raw::contiguous(target_in);
   DeviceGuard guard(x.device());
@@ -261,8 +296,14 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target_in, 
           op, rows, C, xp, target.data<int64_t>(), r.loss.data<Acc>(), r.lse.data<Acc>(), rows, static_cast<int>(C),
           ignore_index, k, vec);
     };
-    if (label_smoothing > 0) launch(std::true_type{});
-    else launch(std::false_type{});
+    if (rows > 0) {
+      if (label_smoothing > 0) launch(std::true_type{});
+      else launch(std::false_type{});
+    }
+    // With no rows: sum 0, count 0, mean NaN, as the CPU's.
+    cross_entropy_sum_kernel<Acc><<<1, kSumThreads, 0, ::mixtape::cuda::launch_stream()>>>(
+        r.loss.data<Acc>(), target.data<int64_t>(), rows, ignore_index, sums.data<Acc>());
+    MT_CUDA_CHECK_LAUNCH("cross_entropy_sum_kernel (", rows, " rows)");
   });
   return r;
 }

@@ -73,9 +73,10 @@ Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const T
 /// Fused cross-entropy of logits (rows, C) and class targets (rows, kI64), every row in one pass:
 /// per-row loss −[(1 − ε)·log p[t] + (ε/C)·Σ_c log p_c] (0 on rows whose target is ignore_index) and
 /// per-row log-sum-exp (saved for the backward), both (rows) in f32 (f64 for f64 logits), with
-/// ε = label_smoothing in [0, 1]. A target outside [0, C) that is not ignore_index throws on the CPU;
-/// on CUDA (where checking would need a synchronisation) its row's loss is NaN.
-///   auto [loss, lse] = kernels::cross_entropy(logits, target, -100, 0.0);
+/// ε = label_smoothing in [0, 1], and the loss's sum, count of counted rows and mean (0-d, same dtype: what a
+/// sum or mean reduction returns, without more kernels). A target outside [0, C) that is not ignore_index
+/// throws on the CPU; on CUDA (where checking would need a synchronisation) its row's loss is NaN.
+///   const kernels::CrossEntropyResult r = kernels::cross_entropy(logits, target, -100, 0.0);  // r.mean
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                                  double label_smoothing);
 /// dlogits (logits' shape and dtype) = (exp(x − lse) − (1 − ε)·[c == t] − ε/C) · row_scale, rounded once;

@@ -161,23 +161,19 @@ struct CrossEntropy {
   }
 
  private:
-  /// (rows, C) logits: the fused kernel gives per-row losses (0 on ignored rows) and log-sum-exps.
+  /// (rows, C) logits: the fused kernel gives per-row losses (0 on ignored rows), log-sum-exps and the reductions.
   static Tensor forward_fused(Ctx& ctx, const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
     const int64_t rows = ctx.shapes.batched_input[0], C = ctx.shapes.C;
     const Tensor x = raw::reshape(logits, {rows, C}), t = raw::reshape(target, {rows});
     const kernels::CrossEntropyResult r = kernels::cross_entropy(x, t, o.ignore_index, o.label_smoothing);
-    // The mean's divisor: the rows that count. The backward needs nothing else of the target: the fused
-    // kernel zeroes ignored rows itself.
-    Tensor count;
-    if (o.reduction == Reduction::kMean) {
-      const Tensor valid =
-          kernels::binary(BinaryOp::kNe, t, scalar_like(static_cast<double>(o.ignore_index), DType::kI64, t.device()));
-      count = kernels::reduce(ReduceOp::kSum, valid, {}, false, r.loss.dtype());
+    // The backward needs the mean's divisor and nothing else of the target: the fused kernel zeroes ignored rows.
+    ctx.save_for_backward(x, t, r.lse, r.count);
+    switch (o.reduction) {
+      case Reduction::kNone: return raw::reshape(r.loss, ctx.shapes.target_shape);
+      case Reduction::kSum: return r.sum;
+      case Reduction::kMean: return r.mean;
     }
-    ctx.save_for_backward(x, t, r.lse, count);
-    Tensor loss = reduce_loss(r.loss, o.reduction, count);
-    if (o.reduction == Reduction::kNone) loss = raw::reshape(loss, ctx.shapes.target_shape);
-    return loss;
+    MT_ERROR(kName, ": unknown reduction ", static_cast<int>(o.reduction));
   }
   static Tensor backward_fused(Ctx& ctx, const Tensor& dy) {
     const Tensor &x = ctx.saved(0), &t = ctx.saved(1), &lse = ctx.saved(2), &count = ctx.saved(3);

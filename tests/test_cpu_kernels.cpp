@@ -900,6 +900,14 @@ void check_cross_entropy(const Tensor& x, double eps, const std::string& what) {
   }
   check_values(r.loss, loss, mt::test::tolerance(A), false, config + ", loss");
   check_values(r.lse, lse, mt::test::tolerance(A), false, config + ", lse");
+  // The reductions: Σ loss, the counted rows (every third is ignored) and their quotient.
+  double sum = 0;
+  for (double l : loss) sum += l;
+  const double counted = static_cast<double>(rows - (rows + 1) / 3);
+  check_shape(r.sum, {}, A, config + ", sum");
+  check_values(r.sum, {sum}, mt::test::tolerance(A), false, config + ", sum");
+  check_values(r.count, {counted}, {0, 0}, false, config + ", count");
+  check_values(r.mean, {sum / counted}, mt::test::tolerance(A), false, config + ", mean");
 
   const Tensor w = mt::randn({rows}).to(A);
   const Tensor dx = kn::cross_entropy_backward(x, target, r.lse, w, -100, eps);
@@ -954,8 +962,15 @@ BOOST_AUTO_TEST_CASE(cross_entropy_edge_rows, *utf::label("cpu")) {
   BOOST_TEST(g[4] == 0.0);  // exp(−inf − lse) = 0
   // With smoothing, a −inf logit in a counted row makes its loss +inf (as Σ_c log p_c is −inf).
   BOOST_TEST(values(kn::cross_entropy(x, target, -100, 0.1).loss)[1] == inf);
-  // Empty batch.
-  BOOST_TEST(kn::cross_entropy(mt::zeros({0, 4}), mt::zeros({0}, DType::kI64), -100, 0.0).loss.numel() == 0);
+  // Empty batch: no rows, sum 0, count 0, mean NaN (PyTorch's mean over nothing).
+  const kn::CrossEntropyResult e = kn::cross_entropy(mt::zeros({0, 4}), mt::zeros({0}, DType::kI64), -100, 0.0);
+  BOOST_TEST(e.loss.numel() == 0);
+  BOOST_TEST(values(e.sum)[0] == 0.0);
+  BOOST_TEST(values(e.count)[0] == 0.0);
+  BOOST_TEST(std::isnan(values(e.mean)[0]));
+  // Every row ignored: the mean is NaN too.
+  BOOST_TEST(std::isnan(values(kn::cross_entropy(x, mt::from_vector<int64_t>({-100, -100}, {2}, DType::kI64), -100,
+                                                 0.0).mean)[0]));
 }
 
 BOOST_AUTO_TEST_CASE(cross_entropy_misuse, *utf::label("cpu")) {

@@ -379,6 +379,10 @@ void check_cross_entropy(const Tensor& x, double eps, const std::string& what) {
   expect_close(g.lse, cpu.lse, mt::test::tolerance(A), order_allowance(C), config + ", lse");
   expect_finite(g.loss, config + ", loss");
   expect_finite(g.lse, config + ", lse");
+  // The reductions: a sum of the (non-negative) row losses in another order, the count exact.
+  expect_close(g.sum, cpu.sum, mt::test::tolerance(A), order_allowance(C) + order_allowance(rows), config + ", sum");
+  expect_close(g.mean, cpu.mean, mt::test::tolerance(A), order_allowance(C) + order_allowance(rows), config + ", mean");
+  expect_close(g.count, cpu.count, {0, 0}, 0.0, config + ", count");
 
   const Tensor w = randn_as({rows}, A);
   const Tensor dx_cpu = kernels::cross_entropy_backward(x, target, cpu.lse, w, -100, eps);
@@ -428,6 +432,11 @@ BOOST_AUTO_TEST_CASE(cross_entropy_kernels_bad_and_ignored_targets, MT_GPU_TEST)
                                 std::isfinite(loss[4]),
                             os.str() << ": loss " << loss[0] << " " << loss[1] << " " << loss[2] << " " << loss[3]
                                      << " " << loss[4]);
+        // Σ loss and the mean are NaN (rows 1 and 3); rows 0, 1, 3 and 4 count (a bad target is not ignore_index).
+        BOOST_CHECK_MESSAGE(std::isnan(r.sum.cpu().item<double>()) && std::isnan(r.mean.cpu().item<double>()) &&
+                                r.count.cpu().item<double>() == 4.0,
+                            os.str() << ": sum " << r.sum.cpu().item<double>() << ", count "
+                                     << r.count.cpu().item<double>());
         const Tensor w = gpu(mt::ones({5}, acc_of(dt)));
         const Tensor dx = kernels::cross_entropy_backward(gpu(x), target, r.lse, w, -100, eps);
         const Tensor dx_rows = dx.cpu().narrow(0, 2, 1).contiguous();

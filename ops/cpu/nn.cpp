@@ -327,8 +327,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target_in, 
   const Tensor x = raw::contiguous(logits), target = raw::contiguous(target_in);
   const int64_t rows = x.size(0), C = x.size(1);
   const DType A = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-  CrossEntropyResult r{empty({rows}, A), empty({rows}, A)};
-  if (rows == 0) return r;
+  CrossEntropyResult r{empty({rows}, A), empty({rows}, A), empty({}, A), empty({}, A), empty({}, A)};
   check_class_targets("cross_entropy", target, C, ignore_index);
   dispatch_floating(x.dtype(), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -350,6 +349,13 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target_in, 
       // A select, not a product: an ignored row of −inf logits gives 0, not NaN.
       loss[i] = tp[i] == ignore_index ? Acc(0) : math::cross_entropy_row_loss(ld(tp[i]) - mx, ls, d, k);
     });
+    // The reductions, in the order of the rows (the sum as every CPU sum: interleaved accumulators).
+    const Acc sum = interleaved_sum<Acc>(rows, [&](int64_t i) { return loss[i]; });
+    int64_t counted = 0;
+    for (int64_t i = 0; i < rows; ++i) counted += tp[i] != ignore_index;
+    *r.sum.data<Acc>() = sum;
+    *r.count.data<Acc>() = static_cast<Acc>(counted);
+    *r.mean.data<Acc>() = sum / static_cast<Acc>(counted);
   });
   return r;
 }
