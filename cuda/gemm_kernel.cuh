@@ -79,6 +79,41 @@ template <> struct MmaTraits<float> {
   static constexpr const char* kName = "tf32";
 };
 
+/// wmma::load_matrix_sync(f, p, ld) for a fragment in shared memory. For f16 nvcc emits PTX's `.shared` form of
+/// wmma.load (a 32-bit shared address); for bf16 and tf32 its load intrinsics take a generic address (PTX
+/// `wmma.load.*.bf16 [%rd]`: a 64-bit address held for every fragment load and resolved at run time), which
+/// left those kernels with 10-20 more registers than f16's and slower (H100: bf16 0.25-0.28x cuBLAS where f16
+/// was 0.38x, same kernel otherwise). For those two types this issues the `.shared` form itself: four 32-bit
+/// registers a fragment either way (bf16: 8 elements, tf32: 4), read as the intrinsic writes them. The asm is
+/// volatile with a memory clobber, so it stays after the barrier that makes the tile visible.
+template <class Use, int kK, class Elem, class Layout, class T>
+__device__ __forceinline__ void load_fragment(wmma::fragment<Use, 16, 16, kK, Elem, Layout>& f, const T* p,
+                                              unsigned ld) {
+  constexpr bool kBf16 = std::is_same_v<Elem, __nv_bfloat16>, kTf32 = std::is_same_v<Elem, wmma::precision::tf32>;
+  if constexpr (kBf16 || kTf32) {
+    static_assert(sizeof(f) == 4 * sizeof(unsigned), "a bf16 or tf32 operand fragment is four 32-bit registers");
+    constexpr bool kA = std::is_same_v<Use, wmma::matrix_a>, kRow = std::is_same_v<Layout, wmma::row_major>;
+    unsigned* r = reinterpret_cast<unsigned*>(&f);
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+#define MT_WMMA_LOAD_SHARED(shape)                                                                    \
+  asm volatile("wmma.load." shape " {%0, %1, %2, %3}, [%4], %5;"                                      \
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                                       \
+               : "r"(addr), "r"(ld)                                                                   \
+               : "memory")
+    if constexpr (kBf16 && kA && kRow) MT_WMMA_LOAD_SHARED("a.sync.aligned.row.m16n16k16.shared.bf16");
+    else if constexpr (kBf16 && kA) MT_WMMA_LOAD_SHARED("a.sync.aligned.col.m16n16k16.shared.bf16");
+    else if constexpr (kBf16 && kRow) MT_WMMA_LOAD_SHARED("b.sync.aligned.row.m16n16k16.shared.bf16");
+    else if constexpr (kBf16) MT_WMMA_LOAD_SHARED("b.sync.aligned.col.m16n16k16.shared.bf16");
+    else if constexpr (kA && kRow) MT_WMMA_LOAD_SHARED("a.sync.aligned.row.m16n16k8.shared.tf32");
+    else if constexpr (kA) MT_WMMA_LOAD_SHARED("a.sync.aligned.col.m16n16k8.shared.tf32");
+    else if constexpr (kRow) MT_WMMA_LOAD_SHARED("b.sync.aligned.row.m16n16k8.shared.tf32");
+    else MT_WMMA_LOAD_SHARED("b.sync.aligned.col.m16n16k8.shared.tf32");
+#undef MT_WMMA_LOAD_SHARED
+  } else {
+    wmma::load_matrix_sync(f, p, ld);
+  }
+}
+
 /// A block tile: BM×BN of C per block, WM×WN per warp, STAGES tiles of K in flight. BK is 64 bytes of K.
 template <class T, int BM_, int BN_, int WM_, int WN_, int STAGES_, int MIN_BLOCKS_>
 struct TileConfig {
@@ -301,7 +336,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
 #pragma unroll
         for (int i = 0; i < kFragM; ++i) {
           const int r = warp_m0 + i * 16;
-          wmma::load_matrix_sync(fa[i], kTransA ? sa + kk * kLdA + r : sa + r * kLdA + kk, kLdA);
+          load_fragment(fa[i], kTransA ? sa + kk * kLdA + r : sa + r * kLdA + kk, kLdA);
           if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
             for (int e = 0; e < fa[i].num_elements; ++e) fa[i].x[e] = wmma::__float_to_tf32(fa[i].x[e]);
@@ -311,7 +346,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
         for (int j = 0; j < kFragN; ++j) {
           wmma::fragment<wmma::matrix_b, 16, 16, kMmaK, Frag, LayoutB> fb;
           const int c = warp_n0 + j * 16;
-          wmma::load_matrix_sync(fb, kTransB ? sb + c * kLdB + kk : sb + kk * kLdB + c, kLdB);
+          load_fragment(fb, kTransB ? sb + c * kLdB + kk : sb + kk * kLdB + c, kLdB);
           if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
             for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = wmma::__float_to_tf32(fb.x[e]);
