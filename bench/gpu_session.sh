@@ -14,6 +14,9 @@
 #   sass      the GEMM's SASS check (check_gemm_sass) with the cuobjdump the GPU machine has
 #   sanitize  compute-sanitizer memcheck and racecheck on every gpu suite (SAN_TOOLS, SAN_SUITES narrow it)
 #   bench     the GPU benchmarks that exist in the build
+#   profile   Nsight Compute (ncu) on one untimed pass of each benchmark (`--once`): the row kernels'
+#             speed of light, occupancy, launch and warp-stall sections, and the GEMM kernels' (NCU_FILTER,
+#             a regex on kernel names, narrows it); CSV in ncu_*.csv, a digest in the summary
 # Logs go to $OUT (or ./gpu_out when OUT is unset); a summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -97,5 +100,42 @@ if has_step bench; then
     note "== $name (rc=$?)"
     tail -${BENCH_TAIL:-30} "$OUT/$name.txt" | tee -a "$SUMMARY"
   done
+fi
+if has_step profile; then
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -z "$NCU" ]; then
+    note "profile: no ncu on this machine"
+  else
+    t0=$(date +%s)
+    sections="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats"
+    for b in norms gemm; do
+      exe=$BUILD/bench/bench_gpu_$b
+      [ -x "$exe" ] || continue
+      case $b in
+        norms) filter=${NCU_FILTER:-softmax|layer_norm|cross_entropy}; count=400 ;;
+        gemm) filter=${NCU_FILTER:-gemm}; count=60 ;;
+      esac
+      timeout 500 "$NCU" --kernel-name "regex:$filter" --launch-count $count $sections --csv --page details \
+        "$exe" --once >"$OUT/ncu_$b.csv" 2>"$OUT/ncu_$b.err"
+      note "profile $b: rc=$? $(grep -c '^"' "$OUT/ncu_$b.csv") rows"
+      # Digest: per kernel launch, the memory and compute throughput (% of peak), achieved occupancy, registers.
+      python3 - "$OUT/ncu_$b.csv" <<'PY' | head -120 | tee -a "$SUMMARY"
+import csv, sys, collections
+rows = list(csv.DictReader(open(sys.argv[1], errors="replace")))
+want = {"Memory Throughput": "mem%", "DRAM Throughput": "dram%", "Compute (SM) Throughput": "sm%",
+        "Achieved Occupancy": "occ%", "Registers Per Thread": "regs", "Duration": "dur"}
+per = collections.OrderedDict()
+for r in rows:
+    key = (r.get("ID"), r.get("Kernel Name", "")[:90])
+    name = r.get("Metric Name")
+    per.setdefault(key, {}).update(block=r.get("Block Size", "?"), grid=r.get("Grid Size", "?"))
+    if name in want:
+        per.setdefault(key, {})[want[name]] = r.get("Metric Value", "") + ("" if want[name] != "dur" else " " + r.get("Metric Unit", ""))
+for (i, k), m in per.items():
+    print(f"  {i:>4} {k:<90} " + " ".join(f"{n}={m.get(n, '?')}" for n in ["block", "grid", *want.values()]))
+PY
+    done
+    note "profile: $(( $(date +%s) - t0 )) s"
+  fi
 fi
 note "done $(date -u +%T)"
