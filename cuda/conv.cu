@@ -50,7 +50,7 @@ template <class T, class I>
 __global__ void __launch_bounds__(kNn2Threads) im2col_kernel(T* __restrict__ cols,        // (N, C·kH·kW, H_out·W_out)
                                                              const T* __restrict__ x,     // (N, C, H, W), contiguous
                                                              Geometry<I> g, int64_t total) {
-  for (int64_t i64 = nn2_first_index(); i64 < total; i64 += nn2_grid_stride()) {
+  for (int64_t i64 = first_index(); i64 < total; i64 += grid_stride()) {
     // i = ((nc·kH + kh)·kW + kw)·L + oh·W_out + ow
     I r = static_cast<I>(i64);
     const I ow = r % g.wo;
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kNn2Threads) col2im_kernel(T* __restrict__ x, 
                                                              Geometry<I> g, int64_t total) {
   using M = opmath_t<T>;
   const I L = g.ho * g.wo, kk = g.kh * g.kw;
-  for (int64_t i64 = nn2_first_index(); i64 < total; i64 += nn2_grid_stride()) {
+  for (int64_t i64 = first_index(); i64 < total; i64 += grid_stride()) {
     const I i = static_cast<I>(i64);
     const I iw = i % g.w, ih = (i / g.w) % g.h, nc = i / (g.w * g.h);
     const T* plane_cols = cols + nc * kk * L;

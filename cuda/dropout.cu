@@ -19,7 +19,7 @@ namespace {
 __global__ void __launch_bounds__(kNn2Threads) dropout_mask_kernel(bool* __restrict__ mask,  // (numel), contiguous
                                                                    int64_t numel, double p, uint64_t seed,
                                                                    uint64_t offset) {
-  for (int64_t i = nn2_first_index(); i < numel; i += nn2_grid_stride()) {
+  for (int64_t i = first_index(); i < numel; i += grid_stride()) {
     uint32_t words[4];
     philox4x32_10(seed, 0, offset + static_cast<uint64_t>(i), words);
     mask[i] = static_cast<double>(uniform_float(words[0])) >= p;

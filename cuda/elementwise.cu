@@ -37,6 +37,7 @@
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/check.h>
+#include <mixtape/cuda/launch.cuh>
 
 namespace mixtape::kernels::cuda {
 
@@ -44,58 +45,13 @@ namespace {
 
 constexpr int kThreads = 256;
 
-/// Sizes and element strides of K operands after coalescing, passed by value (K * 64 + 72 bytes of parameters).
+/// Operand k's strides in elements (cuda/launch.cuh).
 template <int K>
-struct Layout {
-  int64_t numel;                          // > 0
-  int ndim;                               // in [1, kMaxDims]
-  int64_t sizes[Shape::kMaxDims];         // (ndim), innermost last
-  int64_t strides[K][Shape::kMaxDims];    // (K, ndim) in elements; 0 along broadcast dims
-};
-
-template <int K>
-Layout<K> make_layout(const Shape& shape, const std::array<const Shape*, K>& strides) {
+OffsetLayout<K> make_layout(const Shape& shape, const std::array<const Shape*, K>& strides) {
   std::array<int64_t, K> unit;
   unit.fill(1);
-  const StridedLayout<K> S = make_strided_layout<K>(shape, strides, unit);
-  Layout<K> L{};
-  L.numel = S.numel;
-  L.ndim = S.ndim;
-  for (int d = 0; d < S.ndim; ++d) {
-    L.sizes[d] = S.sizes[d];
-    for (int k = 0; k < K; ++k) L.strides[k][d] = S.byte_strides[k][d];
-  }
-  return L;
+  return offset_layout(make_strided_layout<K>(shape, strides, unit));
 }
-
-/// Element offset of linear index `i` (row-major over the coalesced shape) in each operand. Unrolled over
-/// kMaxDims with a uniform guard, so sizes and strides are read with constant indices (no local memory).
-template <int K>
-__device__ __forceinline__ void element_offsets(const Layout<K>& L, int64_t i, int64_t (&off)[K]) {
-#pragma unroll
-  for (int k = 0; k < K; ++k) off[k] = 0;
-#pragma unroll
-  for (int d = Shape::kMaxDims - 1; d > 0; --d) {
-    if (d < L.ndim) {
-      const int64_t q = i / L.sizes[d];
-      const int64_t r = i - q * L.sizes[d];
-#pragma unroll
-      for (int k = 0; k < K; ++k) off[k] += r * L.strides[k][d];
-      i = q;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < K; ++k) off[k] += i * L.strides[k][0];
-}
-
-__device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
-
-/// N elements moved by one vector load/store (llm.c's Packed128 for the widest operand).
-template <class T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
 
 /// Elements per pack: 16 bytes of the widest operand.
 template <class... T>
@@ -157,7 +113,7 @@ __device__ __forceinline__ void apply_at(const F& f, Out* out, const int64_t* of
 
 /// out[i] = f(in[i]...) for every index of L's shape; operand k at element offsets from L.strides[k]. Overwrites out.
 template <class F, class Out, class... In>
-__global__ void __launch_bounds__(kThreads) map_strided_kernel(F f, Layout<1 + sizeof...(In)> L,
+__global__ void __launch_bounds__(kThreads) map_strided_kernel(F f, OffsetLayout<1 + sizeof...(In)> L,
                                                                Out* out,           // (shape), strides L[0]
                                                                const In*... in) {  // (shape), strides L[1..]
   constexpr int K = 1 + sizeof...(In);
@@ -189,7 +145,7 @@ void launch_map(const What& what, const F& f, const Tensor& out, const std::arra
       const int grid = grid_stride_blocks((n + N - 1) / N, kThreads);
       map_vec_kernel<N><<<grid, kThreads, 0, launch_stream()>>>(f, n, o, static_cast<const In*>(in[I].data_ptr())...);
     } else {
-      const Layout<1 + sizeof...(In)> L = make_layout<1 + sizeof...(In)>(out.shape(), {&out.strides(), &in[I].strides()...});
+      const auto L = make_layout<1 + sizeof...(In)>(out.shape(), {&out.strides(), &in[I].strides()...});
       const int grid = grid_stride_blocks(n, kThreads);
       map_strided_kernel<<<grid, kThreads, 0, launch_stream()>>>(f, L, o, static_cast<const In*>(in[I].data_ptr())...);
     }

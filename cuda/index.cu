@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kNn2Threads) index_select_kernel(U* __restrict
                                                                    const I* __restrict__ index,  // (k)
                                                                    int64_t k, int64_t size, int64_t inner_units,
                                                                    int64_t total) {
-  for (int64_t i = nn2_first_index(); i < total; i += nn2_grid_stride()) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const int64_t e = i % inner_units, row = i / inner_units;
     const int64_t j = row % k, o = row / k;
     const int64_t at = static_cast<int64_t>(index[j]);
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kNn2Threads) index_keys_kernel(int64_t* __rest
                                                                  int64_t* __restrict__ positions,  // (k)
                                                                  const I* __restrict__ index,      // (k)
                                                                  int64_t k, int64_t size) {
-  for (int64_t j = nn2_first_index(); j < k; j += nn2_grid_stride()) {
+  for (int64_t j = first_index(); j < k; j += grid_stride()) {
     const int64_t at = static_cast<int64_t>(index[j]);
     keys[j] = at >= 0 && at < size ? at : size;
     positions[j] = j;
@@ -101,7 +101,7 @@ __device__ __forceinline__ int64_t lower_bound(const int64_t* sorted, int64_t k,
 __global__ void __launch_bounds__(kNn2Threads) run_starts_kernel(int64_t* __restrict__ starts,      // (size + 1)
                                                                  const int64_t* __restrict__ keys,  // (k) sorted
                                                                  int64_t k, int64_t size) {
-  for (int64_t d = nn2_first_index(); d <= size; d += nn2_grid_stride()) starts[d] = lower_bound(keys, k, d);
+  for (int64_t d = first_index(); d <= size; d += grid_stride()) starts[d] = lower_bound(keys, k, d);
 }
 
 /// out[o, d, e] = Σ over positions j with index[j] == d, ascending, of src[o, j, e]; 0 when there is none.
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kNn2Threads) index_add_kernel(T* __restrict__ 
                                                                 const int64_t* __restrict__ positions,  // (k) by key, stable
                                                                 int64_t k, int64_t size, int64_t inner, int64_t total) {
   using M = opmath_t<T>;
-  for (int64_t i = nn2_first_index(); i < total; i += nn2_grid_stride()) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const int64_t e = i % inner, row = i / inner;
     const int64_t d = row % size, o = row / size;
     M acc = M(0);

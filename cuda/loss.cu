@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include <mixtape/core/dtype.h>
+#include <mixtape/cuda/launch.cuh>
 
 namespace mixtape::kernels::cuda {
 
@@ -53,8 +54,6 @@ __device__ __forceinline__ void offsets(const IndexLayout& L, int64_t i, int64_t
   }
 }
 
-__device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxGrid)); }
 

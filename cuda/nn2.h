@@ -25,6 +25,7 @@
 #include <mixtape/core/tensor.h>
 
 #if defined(__CUDACC__)
+#include <mixtape/cuda/launch.cuh>
 #include <mixtape/cuda/stream.cuh>
 #endif
 
@@ -68,10 +69,6 @@ inline unsigned nn2_blocks(int64_t n) {
   return static_cast<unsigned>(blocks < (int64_t{1} << 16) ? blocks : (int64_t{1} << 16));
 }
 
-__device__ __forceinline__ int64_t nn2_first_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t nn2_grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 /// The sizes of an (N, C, H, W) problem and its window's output plane, passed to kernels by value.
 struct Nn2Planes {

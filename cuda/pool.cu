@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kNn2Threads) max_pool2d_fwd_kernel(T* __restri
                                                                      const T* __restrict__ x,         // (N, C, H, W), contiguous
                                                                      Nn2Planes p, Window2d w, int64_t total) {
   using M = opmath_t<T>;
-  for (int64_t i = nn2_first_index(); i < total; i += nn2_grid_stride()) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const int64_t ow = i % p.wo, oh = (i / p.wo) % p.ho, nc = i / (p.wo * p.ho);
     const T* src = x + nc * p.h * p.w;
     M best = minus_infinity<M>();
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kNn2Threads) max_pool2d_bwd_kernel(T* __restri
                                                                      const int64_t* __restrict__ indices,  // (N, C, H_out, W_out)
                                                                      Nn2Planes p, Window2d w, int64_t total) {
   using M = opmath_t<T>;
-  for (int64_t i = nn2_first_index(); i < total; i += nn2_grid_stride()) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const int64_t iw = i % p.w, ih = (i / p.w) % p.h, nc = i / (p.w * p.h);
     const int64_t at = ih * p.w + iw, plane = nc * p.ho * p.wo;
     M acc = M(0);
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kNn2Threads) avg_pool2d_fwd_kernel(T* __restri
                                                                      Nn2Planes p, Window2d w, int64_t total) {
   using M = opmath_t<T>;
   const M divisor = static_cast<M>(w.kernel[0] * w.kernel[1]);
-  for (int64_t i = nn2_first_index(); i < total; i += nn2_grid_stride()) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const int64_t ow = i % p.wo, oh = (i / p.wo) % p.ho, nc = i / (p.wo * p.ho);
     const T* src = x + nc * p.h * p.w;
     M sum = M(0);
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kNn2Threads) avg_pool2d_bwd_kernel(T* __restri
                                                                      Nn2Planes p, Window2d w, int64_t total) {
   using M = opmath_t<T>;
   const M divisor = static_cast<M>(w.kernel[0] * w.kernel[1]);
-  for (int64_t i = nn2_first_index(); i < total; i += nn2_grid_stride()) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const int64_t iw = i % p.w, ih = (i / p.w) % p.h, nc = i / (p.w * p.h);
     const T* g = dy + nc * p.ho * p.wo;
     M acc = M(0);

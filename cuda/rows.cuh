@@ -1,7 +1,8 @@
 // cuda/rows.cuh — what the row kernels share (internal: cuda/softmax.cu, cuda/layer_norm.cu,
-// cuda/cross_entropy.cu): 16-byte packs, the register kernels' shapes, the row launchers, the row-wide
-// reduction (two levels of cub::WarpReduce, the result in every thread) and the loads of a row into
-// registers or, by cp.async, into shared memory.
+// cuda/cross_entropy.cu): the pack width (the packs are cuda/launch.cuh's), the register kernels'
+// shapes, the row launchers, the row-wide reduction (two levels of cub::WarpReduce, the result in every
+// thread), the loads of a row into registers or, by cp.async, into shared memory, and the element
+// conversions for arithmetic.
 //
 // A row is owned by kPerRow threads — a warp, or a whole block — and a block of kBlock threads holds
 // kBlock / kPerRow rows. The register kernels hold a row in kPacks 16-byte packs a thread:
@@ -25,6 +26,7 @@
 
 #include <mixtape/core/dtype.h>
 #include <mixtape/cuda/check.h>
+#include <mixtape/cuda/launch.cuh>
 #include <mixtape/cuda/stream.cuh>
 
 namespace mixtape::kernels::cuda::rowwise {
@@ -32,12 +34,6 @@ namespace mixtape::kernels::cuda::rowwise {
 constexpr int kWarp = 32;
 constexpr int64_t kMaxGrid = 1 << 24;  // row loops are grid-strided past this many blocks
 
-/// 16 bytes of T (N = 16 / sizeof(T) elements), or the same N elements of another type, as one vector access
-/// (llm.c's Packed128).
-template <class T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
 template <class T>
 constexpr int kVec = static_cast<int>(16 / sizeof(T));
 
@@ -122,7 +118,8 @@ void launch_rows_by_length(const char* name, int64_t rows, int64_t C, Args... ar
 template <class Acc, class T>
 __device__ __forceinline__ Acc widen(T x) {
   if constexpr (std::is_same_v<T, Half>) return static_cast<Acc>(__half2float(__ushort_as_half(x.bits)));
-  else if constexpr (std::is_same_v<T, BFloat16>) return static_cast<Acc>(__uint_as_float(static_cast<uint32_t>(x.bits) << 16));
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return static_cast<Acc>(__uint_as_float(static_cast<uint32_t>(x.bits) << 16));
   else return static_cast<Acc>(x);
 }
 

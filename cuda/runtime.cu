@@ -36,6 +36,7 @@
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/allocator.cuh>
 #include <mixtape/cuda/check.h>
+#include <mixtape/cuda/launch.cuh>
 #include <mixtape/cuda/stream.cuh>
 
 namespace mixtape {
@@ -141,70 +142,36 @@ namespace {
 
 // ---- the strided elementwise kernels ------------------------------------------------------
 
+using kernels::cuda::element_offsets;  // cuda/launch.cuh
+using kernels::cuda::first_index;
+using kernels::cuda::grid_stride;
+using kernels::cuda::offset_layout;
+using kernels::cuda::OffsetLayout;
+using kernels::cuda::Pack;
+
 constexpr int kThreads = 256;
 // 8 blocks of 256 threads fill an SM of sm_80/sm_90 (2048 resident threads); the grid-stride loop covers the rest.
 constexpr int kBlocksPerSm = 8;
 
-/// Sizes and byte strides of K operands after coalescing, passed to kernels by value (a few hundred bytes of
-/// kernel parameters, well under the 4 KiB limit).
+/// A copy's or fill's layout: byte strides (cuda/launch.cuh), and whether every operand is dense and 1-D, for the
+/// typed fast path.
 template <int K>
-struct KernelLayout {
-  int64_t numel;                               // > 0
-  int ndim;                                    // in [1, kMaxDims]
-  bool contiguous;                             // ndim == 1 and every operand dense: the typed fast path
-  int64_t sizes[Shape::kMaxDims];              // (ndim), innermost last
-  int64_t byte_strides[K][Shape::kMaxDims];    // (K, ndim); 0 along broadcast dims
+struct KernelLayout : OffsetLayout<K> {
+  bool contiguous;
 };
 
 template <int K>
 KernelLayout<K> kernel_layout(const Shape& shape, const std::array<const Shape*, K>& strides,
                               const std::array<int64_t, K>& itemsizes) {
   const StridedLayout<K> S = make_strided_layout<K>(shape, strides, itemsizes);
-  KernelLayout<K> L{};
-  L.numel = S.numel;
-  L.ndim = S.ndim;
-  L.contiguous = S.ndim == 1;
-  for (int d = 0; d < S.ndim; ++d) L.sizes[d] = S.sizes[d];
-  for (int k = 0; k < K; ++k) {
-    for (int d = 0; d < S.ndim; ++d) L.byte_strides[k][d] = S.byte_strides[k][d];
-    L.contiguous = L.contiguous && S.byte_strides[k][0] == itemsizes[k];
-  }
+  KernelLayout<K> L{offset_layout(S), S.ndim == 1};
+  for (int k = 0; k < K; ++k) L.contiguous = L.contiguous && S.byte_strides[k][0] == itemsizes[k];
   return L;
 }
-
-/// Byte offset of element `i` (row-major over the coalesced shape) in each operand. The loop is unrolled over
-/// kMaxDims with a uniform guard, so the sizes and strides are read with constant indices from the parameter
-/// bank; a 1-D layout costs one multiply per operand.
-template <int K>
-__device__ __forceinline__ void element_offsets(const KernelLayout<K>& L, int64_t i, int64_t (&off)[K]) {
-#pragma unroll
-  for (int k = 0; k < K; ++k) off[k] = 0;
-#pragma unroll
-  for (int d = Shape::kMaxDims - 1; d > 0; --d) {
-    if (d < L.ndim) {
-      const int64_t q = i / L.sizes[d];
-      const int64_t r = i - q * L.sizes[d];
-#pragma unroll
-      for (int k = 0; k < K; ++k) off[k] += r * L.byte_strides[k][d];
-      i = q;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < K; ++k) off[k] += i * L.byte_strides[k][0];
-}
-
-__device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 /// Elements per 16-byte access of the wider of two types (llm.c's Packed128): 16 for u8 -> u8, 2 for f64.
 template <class To, class From>
 inline constexpr int kVecWidth = 16 / static_cast<int>(sizeof(To) > sizeof(From) ? sizeof(To) : sizeof(From));
-
-/// V values of T loaded or stored as one aligned access.
-template <class T, int V>
-struct alignas(sizeof(T) * V) Packed {
-  T v[V];
-};
 
 /// dst = convert<To>(src) elementwise; overwrites dst. `vectorized` (host-checked: contiguous, both pointers
 /// aligned to their packs) moves kVecWidth elements per thread and access, the tail one by one.
@@ -218,8 +185,8 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(char* dst,        // (sh
     int64_t done = 0;
     if (vectorized) {
       constexpr int V = kVecWidth<To, From>;
-      using In = Packed<From, V>;
-      using Out = Packed<To, V>;
+      using In = Pack<From, V>;
+      using Out = Pack<To, V>;
       const int64_t packs = L.numel / V;
       for (int64_t i = first_index(); i < packs; i += grid_stride()) {
         const In in = reinterpret_cast<const In*>(src)[i];

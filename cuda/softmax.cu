@@ -24,6 +24,7 @@
 // innermost by a permuted copy, run as rows, and permuted back.
 // Outputs are freshly allocated and overwritten.
 #include <mixtape/cuda/nn.h>
+#include <mixtape/cuda/launch.cuh>
 #include <mixtape/cuda/rows.cuh>
 
 #include <algorithm>
@@ -337,8 +338,6 @@ __global__ void __launch_bounds__(kBlock)
 
 // ---- kernels over columns (a non-last dim) ----------------------------------------------------
 
-__device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 constexpr int kColumnThreads = 256;
 

@@ -1,0 +1,66 @@
+// cuda/launch.cuh — what the grid-stride kernels share (internal to the .cu files): the thread's first index and
+// the grid's stride, 16-byte packs, and the walk from a linear index to K operands' offsets over a coalesced
+// layout (core/strided_loop.h's StridedLayout, as a kernel parameter).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include <mixtape/core/shape.h>
+#include <mixtape/core/strided_loop.h>
+
+namespace mixtape::kernels::cuda {
+
+__device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+/// N elements of T moved as one aligned access: 16 bytes when N = 16 / sizeof(T) (llm.c's Packed128).
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+/// Sizes and strides of K operands after coalescing, passed to a kernel by value (K·64 + 72 bytes of parameters).
+/// The strides are in the unit the host chose when it built the StridedLayout: elements (itemsize 1) or bytes.
+template <int K>
+struct OffsetLayout {
+  int64_t numel;                        // > 0
+  int ndim;                             // in [1, kMaxDims]
+  int64_t sizes[Shape::kMaxDims];       // (ndim), innermost last
+  int64_t strides[K][Shape::kMaxDims];  // (K, ndim); 0 along broadcast dims
+};
+
+template <int K>
+OffsetLayout<K> offset_layout(const StridedLayout<K>& S) {
+  OffsetLayout<K> L{};
+  L.numel = S.numel;
+  L.ndim = S.ndim;
+  for (int d = 0; d < S.ndim; ++d) {
+    L.sizes[d] = S.sizes[d];
+    for (int k = 0; k < K; ++k) L.strides[k][d] = S.byte_strides[k][d];
+  }
+  return L;
+}
+
+/// Offset of linear index `i` (row-major over the coalesced shape) in each operand, in L's stride unit. Unrolled
+/// over kMaxDims with a uniform guard, so sizes and strides are read with constant indices from the parameter bank
+/// (no local memory); a 1-D layout costs one multiply per operand.
+template <int K>
+__device__ __forceinline__ void element_offsets(const OffsetLayout<K>& L, int64_t i, int64_t (&off)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) off[k] = 0;
+#pragma unroll
+  for (int d = Shape::kMaxDims - 1; d > 0; --d) {
+    if (d < L.ndim) {
+      const int64_t q = i / L.sizes[d];
+      const int64_t r = i - q * L.sizes[d];
+#pragma unroll
+      for (int k = 0; k < K; ++k) off[k] += r * L.strides[k][d];
+      i = q;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) off[k] += i * L.strides[k][0];
+}
+
+}  // namespace mixtape::kernels::cuda
