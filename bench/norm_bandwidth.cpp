@@ -21,8 +21,8 @@
 // kernel table), never through the tape. cross_entropy is the sequence of
 // kernels ops/loss.cpp issues for (N, C) logits (the fused cross_entropy
 // kernel with its one-block sum of the rows, the cast of the mean to the
-// logits' dtype; in the backward the row scale dy / count and the fused
-// cross_entropy_backward), replayed here
+// logits' dtype; in the backward the fused cross_entropy_backward, which
+// divides dy by the count itself), replayed here
 // and checked once against mt::cross_entropy and its autograd gradient.
 //
 // Timing: CUDA events on the current stream (the one the kernels launch on),
@@ -158,8 +158,7 @@ CrossEntropySaved cross_entropy_forward(const Tensor& logits, const Tensor& targ
 
 /// CrossEntropy::backward of ops/loss.cpp: dlogits (N, C) in the logits' dtype from dloss (0-d).
 Tensor cross_entropy_backward(const CrossEntropySaved& s, const Tensor& dloss) {
-  const Tensor w = mk::binary(mk::BinaryOp::kDiv, mt::raw::to(dloss, s.lse.dtype()), s.count);
-  return mk::cross_entropy_backward(s.logits, s.target, s.lse, w, kIgnoreIndex, 0.0);
+  return mk::cross_entropy_backward(s.logits, s.target, s.lse, dloss, kIgnoreIndex, 0.0, s.count);
 }
 
 /// Whether the replay above gives mt::cross_entropy's loss and gradient (the same kernels: equal bits); a line

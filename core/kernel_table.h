@@ -89,7 +89,8 @@ struct DeviceKernels {
   CrossEntropyResult (*cross_entropy)(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                                       double label_smoothing) = nullptr;
   Tensor (*cross_entropy_backward)(const Tensor& logits, const Tensor& target, const Tensor& lse,
-                                   const Tensor& row_scale, int64_t ignore_index, double label_smoothing) = nullptr;
+                                   const Tensor& row_scale, int64_t ignore_index, double label_smoothing,
+                                   const Tensor& divisor) = nullptr;
   // convolution, pooling, dropout, indexing
   Tensor (*im2col)(const Tensor& x, const Window2d& w) = nullptr;
   Tensor (*col2im)(const Tensor& cols, const Shape& input_shape, const Window2d& w) = nullptr;

@@ -163,18 +163,19 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_fwd_kernel(const T* __re
   }
 }
 
-/// dx[r, c] = (exp(x[r, c] − lse[r]) − (1 − ε)·[c == t_r] − ε/C) · scale[r · scale_step], rounded once; 0 for an
-/// ignored row, NaN for a row whose target is out of range. Rows as cross_entropy_fwd_kernel; `vec`: C is a multiple
+/// dx[r, c] = (exp(x[r, c] − lse[r]) − (1 − ε)·[c == t_r] − ε/C) · w_r, rounded once, with w_r = scale[r ·
+/// scale_step] (S: the acc dtype or T, widened) divided by *divisor when there is one; 0 for an ignored row, NaN for a row whose target is out of range. Rows as cross_entropy_fwd_kernel; `vec`: C is a multiple
 /// of kVec<T> and x, dx are aligned for Pack accesses. Overwrites dx.
-template <class T, int kPerRow, int kBlock>
-__global__ void __launch_bounds__(kBlock) cross_entropy_bwd_kernel(const T* __restrict__ x,                // (rows, C)
-                                                                   const int64_t* __restrict__ target,     // (rows)
-                                                                   const opmath_t<T>* __restrict__ lse,    // (rows)
-                                                                   const opmath_t<T>* __restrict__ scale,  // (rows) or (1)
-                                                                   int64_t scale_step,  // 1, or 0 for one scale
-                                                                   T* __restrict__ dx,  // (rows, C)
-                                                                   int64_t rows, int C, int64_t ignore_index,
-                                                                   Consts<opmath_t<T>> k, bool vec) {
+template <class T, class S, int kPerRow, int kBlock>
+__global__ void __launch_bounds__(kBlock)
+    cross_entropy_bwd_kernel(const T* __restrict__ x,                  // (rows, C)
+                             const int64_t* __restrict__ target,       // (rows)
+                             const opmath_t<T>* __restrict__ lse,      // (rows)
+                             const S* __restrict__ scale,              // (rows) or (1)
+                             int64_t scale_step,                       // 1, or 0 for one scale
+                             const opmath_t<T>* __restrict__ divisor,  // (1) or null
+                             T* __restrict__ dx,                       // (rows, C)
+                             int64_t rows, int C, int64_t ignore_index, Consts<opmath_t<T>> k, bool vec) {
   using Acc = opmath_t<T>;
   constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
   // f64's exp keeps a call to its slow path: ptxas spills around it unrolled 4 times (check_cuda_resources).
@@ -198,7 +199,7 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_bwd_kernel(const T* __re
       }
       continue;
     }
-    const Acc l = lse[row], w = scale[row * scale_step];
+    const Acc l = lse[row], s = widen<Acc>(scale[row * scale_step]), w = divisor ? s / *divisor : s;
     const int target_c = static_cast<int>(ti);
     if (vec) {
       const auto* xv = reinterpret_cast<const Pack<T, V>*>(xr);
@@ -230,11 +231,11 @@ struct FwdRows {
     static constexpr auto kernel = cross_entropy_fwd_kernel<T, kSmooth, kPerRow, kBlock>;
   };
 };
-template <class T>
+template <class T, class S>
 struct BwdRows {
   template <int kPerRow, int kBlock>
   struct K {
-    static constexpr auto kernel = cross_entropy_bwd_kernel<T, kPerRow, kBlock>;
+    static constexpr auto kernel = cross_entropy_bwd_kernel<T, S, kPerRow, kBlock>;
   };
 };
 
@@ -309,7 +310,8 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target_in, 
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target_in, const Tensor& lse_in,
-                              const Tensor& row_scale_in, int64_t ignore_index, double label_smoothing) {
+                              const Tensor& row_scale_in, int64_t ignore_index, double label_smoothing,
+                              const Tensor& divisor) {
   const char* op = "cross_entropy_bwd_kernel";
   Tensor dx = empty(logits.shape(), TensorOptions(logits.dtype()).device(logits.device()));
   if (dx.numel() == 0) return dx;
@@ -326,9 +328,16 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target_in, con
     const T* xp = x.data<T>();
     T* dxp = dx.data<T>();
     const bool vec = C % kVec<T> == 0 && aligned(xp, 16) && aligned(dxp, 16);
-    launch_rows_by_length<BwdRows<T>::template K>(op, rows, C, xp, target.data<int64_t>(), lse.data<Acc>(),
-                                                  row_scale.data<Acc>(), scale_step, dxp, rows, static_cast<int>(C),
-                                                  ignore_index, k, vec);
+    const Acc* div = divisor.defined() ? divisor.data<Acc>() : nullptr;
+    // The scale in the acc dtype or in the logits' (ops/dispatch_nn.cpp checks it is one of the two).
+    auto launch = [&](auto scale_tag) {
+      using S = typename decltype(scale_tag)::type;
+      launch_rows_by_length<BwdRows<T, S>::template K>(op, rows, C, xp, target.data<int64_t>(), lse.data<Acc>(),
+                                                       row_scale.data<S>(), scale_step, div, dxp, rows,
+                                                       static_cast<int>(C), ignore_index, k, vec);
+    };
+    if (row_scale.dtype() == dtype_v<Acc>) launch(TypeTag<Acc>{});
+    else launch(TypeTag<T>{});
   });
   return dx;
 }

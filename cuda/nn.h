@@ -33,7 +33,7 @@ Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const T
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                                  double label_smoothing);
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& row_scale,
-                              int64_t ignore_index, double label_smoothing);
+                              int64_t ignore_index, double label_smoothing, const Tensor& divisor);
 
 // cuda/layer_norm.cu
 LayerNormResult layer_norm(const Tensor& x, int64_t normalized_numel, const Tensor& weight, const Tensor& bias,

@@ -114,11 +114,14 @@ void check_cross_entropy_args(const char* op, const Tensor& logits, const Tensor
 }
 
 /// A per-row statistic of logits: the accumulator dtype, `rows` elements (or one, when `broadcast`), same device.
-void check_row_stat(const char* op, const Tensor& t, const char* name, const Tensor& logits, bool broadcast) {
+void check_row_stat(const char* op, const Tensor& t, const char* name, const Tensor& logits, bool broadcast,
+                    bool logits_dtype_too = false) {
   check_defined(t, op, name);
   check_same_device(op, logits, "logits", t, name);
   const DType A = logits.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-  MT_CHECK(t.dtype() == A, op, ": ", name, " of ", logits.dtype(), " logits must be ", A, ", got ", t.dtype(),
+  const bool also_logits = logits_dtype_too && logits.dtype() != A;
+  MT_CHECK(t.dtype() == A || (logits_dtype_too && t.dtype() == logits.dtype()), op, ": ", name, " of ",
+           logits.dtype(), " logits must be ", A, also_logits ? " or the logits' dtype" : "", ", got ", t.dtype(),
            " (shape ", t.shape(), ")");
   const int64_t rows = logits.size(0);
   const bool ok = (t.dim() == 1 && t.size(0) == rows) || (broadcast && t.dim() <= 1 && t.numel() == 1);
@@ -136,13 +139,18 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& row_scale,
-                              int64_t ignore_index, double label_smoothing) {
+                              int64_t ignore_index, double label_smoothing, const Tensor& divisor) {
   const char* op = "cross_entropy_backward";
   check_cross_entropy_args(op, logits, target, label_smoothing);
   check_row_stat(op, lse, "lse", logits, /*broadcast=*/false);
-  check_row_stat(op, row_scale, "row_scale", logits, /*broadcast=*/true);
-  return kernel_for(logits.device(), &DeviceKernels::cross_entropy_backward, op)(logits, target, lse, row_scale,
-                                                                                 ignore_index, label_smoothing);
+  check_row_stat(op, row_scale, "row_scale", logits, /*broadcast=*/true, /*logits_dtype_too=*/true);
+  if (divisor.defined()) {
+    check_same_device(op, logits, "logits", divisor, "divisor");
+    MT_CHECK(divisor.dtype() == lse.dtype() && divisor.numel() == 1, op, ": divisor must be a single ", lse.dtype(),
+             " value, got ", divisor.dtype(), " of shape ", divisor.shape());
+  }
+  return kernel_for(logits.device(), &DeviceKernels::cross_entropy_backward, op)(
+      logits, target, lse, row_scale, ignore_index, label_smoothing, divisor);
 }
 
 // ---- layer norm ------------------------------------------------------------------------

@@ -79,12 +79,13 @@ Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const T
 ///   const kernels::CrossEntropyResult r = kernels::cross_entropy(logits, target, -100, 0.0);  // r.mean
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                                  double label_smoothing);
-/// dlogits (logits' shape and dtype) = (exp(x − lse) − (1 − ε)·[c == t] − ε/C) · row_scale, rounded once;
-/// row_scale (acc dtype as lse) holds d loss / d per-row loss: (rows) values, or one value for every row.
-/// Rows whose target is ignore_index get 0 whatever their scale; an out-of-range target throws on the CPU
-/// and gives a NaN row on CUDA.
+/// dlogits (logits' shape and dtype) = (exp(x − lse) − (1 − ε)·[c == t] − ε/C) · row_scale / divisor,
+/// rounded once; row_scale (in lse's acc dtype or the logits' dtype) holds d loss / d per-row loss: (rows)
+/// values, or one value for every row; divisor, when defined, is one acc-dtype value (the mean's count:
+/// d mean / d loss_i = dy / count without kernels of its own). Rows whose target is ignore_index get 0
+/// whatever their scale; an out-of-range target throws on the CPU and gives a NaN row on CUDA.
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& row_scale,
-                              int64_t ignore_index, double label_smoothing);
+                              int64_t ignore_index, double label_smoothing, const Tensor& divisor = Tensor());
 
 /// Layer norm over the trailing `normalized_numel` elements of each row. Returns
 /// y (x's dtype), and per-row mean and rstd (f32, or f64 for f64 input) for the backward.

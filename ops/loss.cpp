@@ -177,11 +177,12 @@ struct CrossEntropy {
   }
   static Tensor backward_fused(Ctx& ctx, const Tensor& dy) {
     const Tensor &x = ctx.saved(0), &t = ctx.saved(1), &lse = ctx.saved(2), &count = ctx.saved(3);
-    // d loss / d per-row loss: dy per row (none), or one value for every row (sum; mean: dy / count).
-    Tensor w = raw::to(dy, lse.dtype());
+    // d loss / d per-row loss: dy per row (none), or one value for every row (sum; mean: dy / count, the division
+    // done by the kernel). The kernel reads dy in the logits' dtype or in lse's; any other is cast first.
+    Tensor w = dy.dtype() == x.dtype() || dy.dtype() == lse.dtype() ? dy : raw::to(dy, lse.dtype());
     if (ctx.reduction == Reduction::kNone) w = raw::reshape(w, {x.size(0)});
-    if (ctx.reduction == Reduction::kMean) w = kernels::binary(BinaryOp::kDiv, w, count);
-    return kernels::cross_entropy_backward(x, t, lse, w, ctx.ignore_index, ctx.smoothing);
+    return kernels::cross_entropy_backward(x, t, lse, w, ctx.ignore_index, ctx.smoothing,
+                                           ctx.reduction == Reduction::kMean ? count : Tensor());
   }
 
   /// (N, C, d1, ...) logits: log_softmax written in A, gather and reductions.

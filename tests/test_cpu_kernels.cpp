@@ -923,6 +923,14 @@ void check_cross_entropy(const Tensor& x, double eps, const std::string& what) {
     }
   }
   check_values(dx, want, mt::test::tolerance(dt), false, config + ", dx");
+
+  // The mean's backward: one scale in the logits' dtype divided by the count in the kernel equals the quotient
+  // passed as the scale (0.75 is exact in every dtype, 0.75 / 3 = 0.25 too).
+  const Tensor dx_div = kn::cross_entropy_backward(x, target, r.lse, mt::from_vector<double>({0.75}, {1}, dt), -100,
+                                                   eps, mt::scalar_tensor(3.0, A));
+  const Tensor dx_quot =
+      kn::cross_entropy_backward(x, target, r.lse, mt::from_vector<double>({0.25}, {1}, A), -100, eps);
+  check_values(dx_div, values(dx_quot), {0, 0}, true, config + ", dx with a divisor");
 }
 
 }  // namespace
@@ -997,6 +1005,10 @@ BOOST_AUTO_TEST_CASE(cross_entropy_misuse, *utf::label("cpu")) {
                {"cross_entropy_backward: row_scale of shape [3]", "or a single value"});
   expect_error([&] { kn::cross_entropy_backward(x, ok, Tensor(), lse, -100, 0.0); },
                {"cross_entropy_backward:", "'lse'", "undefined"});
+  expect_error([&] { kn::cross_entropy_backward(x, ok, lse, lse.to(DType::kF16), -100, 0.0); },
+               {"cross_entropy_backward: row_scale of f32 logits must be f32", "f16"});
+  expect_error([&] { kn::cross_entropy_backward(x, ok, lse, lse, -100, 0.0, mt::zeros({2})); },
+               {"cross_entropy_backward: divisor must be a single f32 value", "[2]"});
 }
 
 BOOST_AUTO_TEST_CASE(misuse_gets_errors_naming_op_shapes_and_dtypes, *utf::label("cpu")) {

@@ -394,6 +394,11 @@ void check_cross_entropy(const Tensor& x, double eps, const std::string& what) {
   expect_close(kernels::cross_entropy_backward(gpu(x), gpu(target), gpu(cpu.lse), gpu(one), -100, eps),
                kernels::cross_entropy_backward(x, target, cpu.lse, one, -100, eps), mt::test::tolerance(dt), 0.0,
                config + ", dx with one scale for every row");
+  // The mean's backward: a scale in the logits' dtype, divided by the count in the kernel.
+  const Tensor scale = randn_as({1}, dt), count = mt::scalar_tensor(7.0, A);
+  expect_close(kernels::cross_entropy_backward(gpu(x), gpu(target), gpu(cpu.lse), gpu(scale), -100, eps, gpu(count)),
+               kernels::cross_entropy_backward(x, target, cpu.lse, scale, -100, eps, count),
+               mt::test::tolerance(dt), 0.0, config + ", dx with a divisor");
 }
 
 }  // namespace

@@ -361,9 +361,11 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target_in, 
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target_in, const Tensor& lse_in,
-                              const Tensor& row_scale_in, int64_t ignore_index, double label_smoothing) {
+                              const Tensor& row_scale_in, int64_t ignore_index, double label_smoothing,
+                              const Tensor& divisor) {
   const Tensor x = raw::contiguous(logits), target = raw::contiguous(target_in);
-  const Tensor lse = raw::contiguous(lse_in), row_scale = raw::contiguous(row_scale_in);
+  // The scale widened to the acc dtype (exact), as the CUDA kernel reads it.
+  const Tensor lse = raw::contiguous(lse_in), row_scale = raw::contiguous(raw::to(row_scale_in, lse_in.dtype()));
   Tensor dx = empty(x.shape(), x.dtype());
   const int64_t rows = x.size(0), C = x.size(1);
   if (dx.numel() == 0) return dx;
@@ -377,6 +379,7 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target_in, con
     const int64_t* tp = target.data<int64_t>();
     const Acc* lp = lse.data<Acc>();
     const Acc* wp = row_scale.data<Acc>();
+    const Acc div = divisor.defined() ? *divisor.data<Acc>() : Acc(1);
     T* out = dx.data<T>();
     parallel_items(rows, rows * C >= kParallelMin, [&](int64_t i) {
       const T* xr = xp + i * C;
@@ -386,7 +389,7 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target_in, con
         std::fill(o, o + C, convert<T>(Acc(0)));
         return;
       }
-      const Acc l = lp[i], w = wp[i * scale_step];
+      const Acc l = lp[i], w = divisor.defined() ? wp[i * scale_step] / div : wp[i * scale_step];
       for (int64_t c = 0; c < C; ++c) o[c] = convert<T>(math::cross_entropy_grad(static_cast<Acc>(xr[c]), l, c == t, w, k));
     });
   });

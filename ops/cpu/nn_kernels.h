@@ -33,7 +33,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int
                                  double label_smoothing);
 /// dlogits (logits' shape and dtype); row_scale holds rows values or one for every row.
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& row_scale,
-                              int64_t ignore_index, double label_smoothing);
+                              int64_t ignore_index, double label_smoothing, const Tensor& divisor);
 
 /// x (rows, normalized_numel) in any shape whose trailing dims hold normalized_numel elements;
 /// weight/bias (normalized_numel elements, any floating dtype) may be undefined. y has x's shape
