@@ -34,15 +34,6 @@ Geometry<I> geometry(const Nn2Planes& p, const Window2d& w) {
           static_cast<I>(w.padding[1]), static_cast<I>(w.dilation[0]), static_cast<I>(w.dilation[1])};
 }
 
-/// The output along one axis whose tap k reads input position i (o·stride − padding + k·dilation = i), or -1.
-template <class I>
-__device__ __forceinline__ I output_of_tap(I i, I k, I stride, I padding, I dilation, I n_out) {
-  const I t = i + padding - k * dilation;  // o·stride
-  if (t < 0 || t % stride != 0) return -1;
-  const I o = t / stride;
-  return o < n_out ? o : -1;
-}
-
 /// cols[n, (c·kH + kh)·kW + kw, oh·W_out + ow] = x[n, c, oh·sh − ph + kh·dh, ow·sw − pw + kw·dw], 0 outside.
 /// Positions are computed in I: int32_t when every offset fits (integer division is several times cheaper), else
 /// int64_t. Overwrites cols.
@@ -81,11 +72,15 @@ __global__ void __launch_bounds__(kNn2Threads) col2im_kernel(T* __restrict__ x, 
     const I iw = i % g.w, ih = (i / g.w) % g.h, nc = i / (g.w * g.h);
     const T* plane_cols = cols + nc * kk * L;
     M acc = M(0);
+    // Not unrolled: unrolled 4 times, each tap's division by a runtime stride made ptxas spill (a stack
+    // frame in every instance, check_cuda_resources); the loads dominate the taps' integer work anyway.
+#pragma unroll 1
     for (I kh = 0; kh < g.kh; ++kh) {
-      const I oh = output_of_tap<I>(ih, kh, g.sh, g.ph, g.dh, g.ho);
+      const I oh = nn2_output_of_tap<I>(ih, kh, g.sh, g.ph, g.dh, g.ho);
       if (oh < 0) continue;
+#pragma unroll 1
       for (I kw = 0; kw < g.kw; ++kw) {
-        const I ow = output_of_tap<I>(iw, kw, g.sw, g.pw, g.dw, g.wo);
+        const I ow = nn2_output_of_tap<I>(iw, kw, g.sw, g.pw, g.dw, g.wo);
         if (ow < 0) continue;
         acc += static_cast<M>(plane_cols[(kh * g.kw + kw) * L + oh * g.wo + ow]);
       }

@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kBlock, (kMinBlocks<T, kBlock>))
 /// `vec`: M is a multiple of kVec<T> and x, y are 16-byte aligned. Overwrites y, mean, rstd.
 
 template <class T, int kPerRow, int kBlock>
-__global__ void __launch_bounds__(kBlock)
+__global__ void __launch_bounds__(kBlock, (kRegisterBudgetBlocks<kBlock>))
     layer_norm_fwd_strided_kernel(const T* __restrict__ x,              // (rows, M)
                                   const acc_t<T>* __restrict__ weight,  // (M) or null
                                   const acc_t<T>* __restrict__ bias,    // (M) or null
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kBlock, (kColumns ? 1 : kMinBlocks<T, kBlock, 
 /// slot is only ever touched by the one thread whose elements it holds — and writes them, summed over its
 /// warps in order, as row blockIdx.x of part (gridDim.x, 2, M). The columns never need a second read of dy and x.
 template <class T, int kPerRow, int kBlock>
-__global__ void __launch_bounds__(kBlock)
+__global__ void __launch_bounds__(kBlock, (kRegisterBudgetBlocks<kBlock, 2>))
     layer_norm_bwd_dx_strided_kernel(const T* __restrict__ dy,             // (rows, M)
                                      const T* __restrict__ x,              // (rows, M)
                                      const acc_t<T>* __restrict__ mean,    // (rows)

@@ -83,12 +83,12 @@ inline Nn2Planes nn2_planes(const Shape& input_shape, const Window2d& w) {
 }
 
 /// The output o along one axis whose tap k reads input position i (o·stride − padding + k·dilation = i),
-/// or -1 when there is none in [0, n_out).
-__device__ __forceinline__ int64_t nn2_output_of_tap(int64_t i, int64_t k, int64_t stride, int64_t padding,
-                                                     int64_t dilation, int64_t n_out) {
-  const int64_t t = i + padding - k * dilation;  // o·stride
+/// or -1 when there is none in [0, n_out). `I` is the index type the kernel computes positions in.
+template <class I>
+__device__ __forceinline__ I nn2_output_of_tap(I i, I k, I stride, I padding, I dilation, I n_out) {
+  const I t = i + padding - k * dilation;  // o·stride
   if (t < 0 || t % stride != 0) return -1;
-  const int64_t o = t / stride;
+  const I o = t / stride;
   return o < n_out ? o : -1;
 }
 #endif  // __CUDACC__

@@ -73,11 +73,14 @@ __global__ void __launch_bounds__(kNn2Threads) max_pool2d_fwd_kernel(T* __restri
 template <class F>
 __device__ __forceinline__ void for_each_covering_window(int64_t ih, int64_t iw, const Nn2Planes& p, const Window2d& w,
                                                          F&& f) {
+  // Not unrolled: unrolled, each tap's 64-bit division by a runtime stride made ptxas spill (check_cuda_resources).
+#pragma unroll 1
   for (int64_t kh = w.kernel[0] - 1; kh >= 0; --kh) {
-    const int64_t oh = nn2_output_of_tap(ih, kh, w.stride[0], w.padding[0], w.dilation[0], p.ho);
+    const int64_t oh = nn2_output_of_tap<int64_t>(ih, kh, w.stride[0], w.padding[0], w.dilation[0], p.ho);
     if (oh < 0) continue;
+#pragma unroll 1
     for (int64_t kw = w.kernel[1] - 1; kw >= 0; --kw) {
-      const int64_t ow = nn2_output_of_tap(iw, kw, w.stride[1], w.padding[1], w.dilation[1], p.wo);
+      const int64_t ow = nn2_output_of_tap<int64_t>(iw, kw, w.stride[1], w.padding[1], w.dilation[1], p.wo);
       if (ow >= 0) f(oh * p.wo + ow);
     }
   }

@@ -55,6 +55,12 @@ struct RowConfig : RowThreads<kPerRow, kBlock> {
   static constexpr int packs = kPacks;
 };
 
+/// Blocks of kBlock threads an SM must hold at once for a thread to have at most 64 registers with one input row,
+/// 80 with two: a __launch_bounds__ minimum. It is also a floor: with __launch_bounds__(kBlock) alone, ptxas gave
+/// some strided instances 32-48 registers and spilled (check_cuda_resources).
+template <int kBlock, int kInputs = 1>
+constexpr int kRegisterBudgetBlocks = std::max(1, (kInputs == 1 ? 1024 : 768) / kBlock);
+
 /// The second __launch_bounds__ argument of a register kernel over T rows in blocks of kBlock that holds kInputs
 /// rows a thread: the blocks an SM must hold at once. A thread of a 16-bit kernel holds as many elements as an f32
 /// one but half the bytes, so at equal occupancy an SM has half the bytes in flight (H100, first runs: 16-bit rows
@@ -62,7 +68,7 @@ struct RowConfig : RowThreads<kPerRow, kBlock> {
 /// therefore ask for 32 warps an SM with one input (64 registers a thread) and 24 with two (80 registers; at 64
 /// ptxas spilled the 4-pack backward kernels), f32 ones for nothing (ptxas may use up to 255 registers).
 template <class T, int kBlock, int kInputs = 1>
-constexpr int kMinBlocks = sizeof(T) == 2 ? std::max(1, (kInputs == 1 ? 1024 : 768) / kBlock) : 1;
+constexpr int kMinBlocks = sizeof(T) == 2 ? kRegisterBudgetBlocks<kBlock, kInputs> : 1;
 
 /// f(RowConfig<kPerRow, kBlock, kP>{}) for the smallest power of two kP in [kPacks, kMax] with kPerRow·kP >= n.
 template <int kPerRow, int kBlock, int kPacks, int kMax, class F>

@@ -103,14 +103,15 @@ __device__ __forceinline__ void online_add_pack(MaxSum<Acc>& a, const Pack<T, V>
     if (x[k] != -std::numeric_limits<Acc>::infinity()) a.s += math::detail::exp(x[k] - a.m);
 }
 
-/// Merges two threads' statistics; an empty share (m = −inf, s = 0) contributes nothing.
+/// Merges two threads' statistics: the share with the smaller max is rescaled to the larger (one exp; the other
+/// share's factor would be exp(0) = 1); an empty share (m = −inf, s = 0) contributes nothing.
 struct MergeMaxSum {
   template <class Acc>
   __device__ __forceinline__ MaxSum<Acc> operator()(const MaxSum<Acc>& a, const MaxSum<Acc>& b) const {
-    const Acc m = a.m > b.m ? a.m : b.m;
-    const Acc sa = a.s == Acc(0) ? Acc(0) : a.s * math::detail::exp(a.m - m);
-    const Acc sb = b.s == Acc(0) ? Acc(0) : b.s * math::detail::exp(b.m - m);
-    return {m, sa + sb};
+    const bool a_high = a.m > b.m;
+    const Acc hi_m = a_high ? a.m : b.m, hi_s = a_high ? a.s : b.s;
+    const Acc lo_m = a_high ? b.m : a.m, lo_s = a_high ? b.s : a.s;
+    return {hi_m, hi_s + (lo_s == Acc(0) ? Acc(0) : lo_s * math::detail::exp(lo_m - hi_m))};
   }
 };
 
@@ -239,10 +240,36 @@ __global__ void __launch_bounds__(kBlock, (kMinBlocks<T, kBlock, 2>))
 
 // ---- strided kernels over contiguous rows (rows the register kernels do not take) ----------------
 
+/// How many packs of a row a strided kernel's loops take at once: f64's exp and log are long enough that ptxas
+/// spilled the f64 instances unrolled (check_cuda_resources).
+template <class Acc>
+constexpr int kUnroll = sizeof(Acc) == 8 ? 1 : 4;
+
+/// yr[i] = out(xr[i] widened to Acc) for thread t's elements of a row of C, kPerRow threads a row; `vec` as in
+/// softmax_fwd_strided_kernel.
+template <int kPerRow, class Acc, class T, class O, class F>
+__device__ __forceinline__ void map_row(const T* __restrict__ xr, O* __restrict__ yr, int t, int C, bool vec, F out) {
+  constexpr int V = kVec<T>;
+  if (vec) {
+    const auto* xv = reinterpret_cast<const Pack<T, V>*>(xr);
+    auto* yv = reinterpret_cast<Pack<O, V>*>(yr);
+#pragma unroll(kUnroll<Acc>)
+    for (int i = t; i < C / V; i += kPerRow) {
+      const Pack<T, V> p = xv[i];
+      Pack<O, V> q;
+#pragma unroll
+      for (int k = 0; k < V; ++k) q.v[k] = out(widen<Acc>(p.v[k]));
+      yv[i] = q;
+    }
+  } else {
+    for (int i = t; i < C; i += kPerRow) yr[i] = out(widen<Acc>(xr[i]));
+  }
+}
+
 /// y[r, :] = softmax(x[r, :]) (or log_softmax) for rows r in [0, rows); overwrites y.
 /// kPerRow threads own a row; `vec`: C is a multiple of kVec<T> and x, y are aligned for Pack accesses.
 template <class T, class O, int kPerRow, int kBlock>
-__global__ void __launch_bounds__(kBlock)
+__global__ void __launch_bounds__(kBlock, (kRegisterBudgetBlocks<kBlock>))
     softmax_fwd_strided_kernel(const T* __restrict__ x,  // (rows, C)
                                O* __restrict__ y,        // (rows, C)
                                int64_t rows, int C, bool log, bool vec) {
@@ -256,83 +283,83 @@ __global__ void __launch_bounds__(kBlock)
     MaxSum<Acc> st{-std::numeric_limits<Acc>::infinity(), Acc(0)};
     if (vec) {
       const auto* xv = reinterpret_cast<const Pack<T, V>*>(xr);
-#pragma unroll 4
+#pragma unroll(std::max(1, kUnroll<Acc> / 2))
       for (int i = t; i < C / V; i += kPerRow) {
         online_add_pack(st, xv[i]);
       }
     } else {
+#pragma unroll 1
       for (int i = t; i < C; i += kPerRow) online_add(st, widen<Acc>(xr[i]));
     }
     st = row_all_reduce<kPerRow, kBlock>(st, MergeMaxSum{});
     // (x − max) − log s, as the CPU: x − max is exact for f16/bf16 data; else exp(x − max) · (1 / s), which
     // differs from the CPU's division by at most an ulp of Acc and spares a division per element.
-    const Acc ls = log ? math::detail::log(st.s) : Acc(0), inv = Acc(1) / st.s;
-    auto out = [&](Acc v) {
-      return log ? narrow<O>((v - st.m) - ls) : narrow<O>(math::detail::exp(v - st.m) * inv);
-    };
-    if (vec) {
-      const auto* xv = reinterpret_cast<const Pack<T, V>*>(xr);
-      auto* yv = reinterpret_cast<Pack<O, V>*>(yr);
-#pragma unroll 4
-      for (int i = t; i < C / V; i += kPerRow) {
-        const Pack<T, V> p = xv[i];
-        Pack<O, V> q;
-#pragma unroll
-        for (int k = 0; k < V; ++k) q.v[k] = out(widen<Acc>(p.v[k]));
-        yv[i] = q;
-      }
+    // One output loop each: a loop that chose between the two per element made ptxas spill (the f64 instances).
+    if (log) {
+      const Acc ls = math::detail::log(st.s);
+      map_row<kPerRow, Acc>(xr, yr, t, C, vec, [&](Acc v) { return narrow<O>((v - st.m) - ls); });
     } else {
-      for (int i = t; i < C; i += kPerRow) yr[i] = out(widen<Acc>(xr[i]));
+      const Acc inv = Acc(1) / st.s;
+      map_row<kPerRow, Acc>(xr, yr, t, C, vec, [&](Acc v) { return narrow<O>(math::detail::exp(v - st.m) * inv); });
     }
+  }
+}
+
+/// One row of softmax_bwd_strided_kernel, log_softmax's (kLog) or softmax's: a compile-time choice, so that each
+/// loop holds one formula (a loop that chose per element made ptxas spill in the f64 instance).
+template <bool kLog, int kPerRow, int kBlock, class T>
+__device__ __forceinline__ void softmax_bwd_strided_row(const T* __restrict__ dy, const T* __restrict__ y,
+                                                        T* __restrict__ dx, int t, int C, bool vec) {
+  using Acc = acc_t<T>;
+  constexpr int V = kVec<T>;
+  auto term = [](Acc g, Acc yv) { return kLog ? g : g * yv; };
+  auto grad = [](Acc g, Acc yv, Acc s) { return kLog ? g - math::detail::exp(yv) * s : yv * (g - s); };
+  Acc s = 0;
+  if (vec) {
+    const auto* gv = reinterpret_cast<const Pack<T, V>*>(dy);
+    const auto* yv = reinterpret_cast<const Pack<T, V>*>(y);
+#pragma unroll(kUnroll<Acc>)
+    for (int i = t; i < C / V; i += kPerRow) {
+      const Pack<T, V> g = gv[i], p = yv[i];
+#pragma unroll
+      for (int k = 0; k < V; ++k) s += term(widen<Acc>(g.v[k]), widen<Acc>(p.v[k]));
+    }
+  } else {
+    for (int i = t; i < C; i += kPerRow) s += term(widen<Acc>(dy[i]), widen<Acc>(y[i]));
+  }
+  s = row_all_reduce<kPerRow, kBlock>(s, AddOp{});
+  if (vec) {
+    const auto* gv = reinterpret_cast<const Pack<T, V>*>(dy);
+    const auto* yv = reinterpret_cast<const Pack<T, V>*>(y);
+    auto* dv = reinterpret_cast<Pack<T, V>*>(dx);
+#pragma unroll(kUnroll<Acc>)
+    for (int i = t; i < C / V; i += kPerRow) {
+      const Pack<T, V> g = gv[i], p = yv[i];
+      Pack<T, V> q;
+#pragma unroll
+      for (int k = 0; k < V; ++k) q.v[k] = narrow<T>(grad(widen<Acc>(g.v[k]), widen<Acc>(p.v[k]), s));
+      dv[i] = q;
+    }
+  } else {
+    for (int i = t; i < C; i += kPerRow) dx[i] = narrow<T>(grad(widen<Acc>(dy[i]), widen<Acc>(y[i]), s));
   }
 }
 
 /// softmax: dx = y·(dy − Σ dy·y); log_softmax: dx = dy − exp(y)·Σ dy; rows as softmax_fwd_strided_kernel.
 /// Overwrites dx.
 template <class T, int kPerRow, int kBlock>
-__global__ void __launch_bounds__(kBlock)
+__global__ void __launch_bounds__(kBlock, (kRegisterBudgetBlocks<kBlock, 2>))
     softmax_bwd_strided_kernel(const T* __restrict__ dy,  // (rows, C)
                                const T* __restrict__ y,   // (rows, C)
                                T* __restrict__ dx,        // (rows, C)
                                int64_t rows, int C, bool log, bool vec) {
-  using Acc = acc_t<T>;
-  constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
+  constexpr int kRowsPerBlock = kBlock / kPerRow;
   const int t = static_cast<int>(threadIdx.x) % kPerRow;
-  auto term = [log](Acc g, Acc yv) { return log ? g : g * yv; };
-  auto grad = [log](Acc g, Acc yv, Acc s) { return log ? g - math::detail::exp(yv) * s : yv * (g - s); };
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
     const int64_t off = row * C;
-    Acc s = 0;
-    if (vec) {
-      const auto* gv = reinterpret_cast<const Pack<T, V>*>(dy + off);
-      const auto* yv = reinterpret_cast<const Pack<T, V>*>(y + off);
-#pragma unroll 4
-      for (int i = t; i < C / V; i += kPerRow) {
-        const Pack<T, V> g = gv[i], p = yv[i];
-#pragma unroll
-        for (int k = 0; k < V; ++k) s += term(widen<Acc>(g.v[k]), widen<Acc>(p.v[k]));
-      }
-    } else {
-      for (int i = t; i < C; i += kPerRow) s += term(widen<Acc>(dy[off + i]), widen<Acc>(y[off + i]));
-    }
-    s = row_all_reduce<kPerRow, kBlock>(s, AddOp{});
-    if (vec) {
-      const auto* gv = reinterpret_cast<const Pack<T, V>*>(dy + off);
-      const auto* yv = reinterpret_cast<const Pack<T, V>*>(y + off);
-      auto* dv = reinterpret_cast<Pack<T, V>*>(dx + off);
-#pragma unroll 4
-      for (int i = t; i < C / V; i += kPerRow) {
-        const Pack<T, V> g = gv[i], p = yv[i];
-        Pack<T, V> q;
-#pragma unroll
-        for (int k = 0; k < V; ++k) q.v[k] = narrow<T>(grad(widen<Acc>(g.v[k]), widen<Acc>(p.v[k]), s));
-        dv[i] = q;
-      }
-    } else {
-      for (int i = t; i < C; i += kPerRow)
-        dx[off + i] = narrow<T>(grad(widen<Acc>(dy[off + i]), widen<Acc>(y[off + i]), s));
-    }
+    if (log) softmax_bwd_strided_row<true, kPerRow, kBlock>(dy + off, y + off, dx + off, t, C, vec);
+    else softmax_bwd_strided_row<false, kPerRow, kBlock>(dy + off, y + off, dx + off, t, C, vec);
   }
 }
 

@@ -1,8 +1,9 @@
 # tests/check_cuda_resources.cmake — a static check of the CUDA kernels that needs no GPU (ctest label cpu).
 #
 # Compiles each source with `nvcc -c -arch=<ARCH> --resource-usage` and fails when ptxas reports a non-zero
-# "bytes stack frame", "bytes spill stores" or "bytes spill loads" for any of mixtape's kernels (entry
-# functions in namespace mixtape::kernels::cuda; CUB's block-level code is inlined into them). A spill or a
+# "bytes stack frame", "bytes spill stores" or "bytes spill loads" for any of mixtape's functions (kernels and any
+# device function ptxas did not inline, in namespace mixtape; CUB's block-level code is inlined into them, and
+# Thrust's and CUB's own kernels are theirs). A spill or a
 # stack frame in an elementwise or reduction kernel is a silent slowdown (local memory traffic in the
 # innermost loop) that only a profiler would show; this makes it a test failure on any machine with nvcc.
 #
@@ -45,7 +46,7 @@ foreach(_src IN LISTS _sources)
   if(NOT _rc EQUAL 0)
     message(FATAL_ERROR "check_cuda_resources: nvcc failed on ${_src} (exit ${_rc}):\n${_out}${_err}")
   endif()
-  mixtape_ptxas_spills("${_out}\n${_err}" "7mixtape7kernels4cuda" "${_name}.cu" _checked _failures)
+  mixtape_ptxas_spills("${_out}\n${_err}" "^_ZN7mixtape" "${_name}.cu" _checked _failures)
   if(_checked EQUAL 0)
     message(FATAL_ERROR "check_cuda_resources: no mixtape kernel found in the ptxas report of ${_src} "
                         "(did the report format change?):\n${_err}")
