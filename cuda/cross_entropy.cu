@@ -1,22 +1,28 @@
 // cuda/cross_entropy.cu — fused cross-entropy over (rows, C) logits: forward and backward, one row kernel each.
 //
-// The one design idea: each pass touches a logit once. The forward reads a
-// row in a single sweep, keeping an online (max m, Σ exp(x − m)) per thread —
-// the running sum is rescaled when the max grows, as cuda/softmax.cu does —
-// plus, with label smoothing, d = Σ (x − m), shifted by −k·Δm when the max
-// grows by Δm after k elements; the threads' statistics merge with
-// cub::WarpReduce/BlockReduce and the row's first thread reads the target
-// logit x_t (loaded before the sweep) and writes the loss and the log-sum-exp.
-// The backward reads x once and writes dx once: dx = (exp(x − lse) −
-// (1 − ε)·[c == t] − ε/C) · scale, rounded once. Both call the formulas of
-// core/loss_math.h, as the CPU reference (ops/cpu/nn.cpp) does. After the
-// forward, one block sums the rows' losses and counts the counted rows (the
-// sum and mean reductions: one small kernel, no scalar from the host).
+// The one design idea: each pass touches a logit once. The forward holds a
+// row of f32/f16/bf16 in registers (as cuda/softmax.cu's register kernels:
+// with_row_config's shapes, up to 32768 elements in 16-byte packs) and takes
+// the CPU's two passes over them: m = max, then s = Σ exp(x − m) and, with
+// label smoothing, d = Σ (x − m), each reduced over the row's threads with
+// cub::WarpReduce. Other rows (f64, not a whole number of aligned packs,
+// longer) are read in a single sweep keeping an online (m, s) per thread —
+// the running sum is rescaled when the max grows, as cuda/softmax.cu's
+// strided kernels do — plus d, shifted by −k·Δm when the max grows by Δm
+// after k elements. Either way the row's first thread reads the target logit
+// x_t (loaded before the row's statistics) and writes the loss and the
+// log-sum-exp. The backward reads x once and writes dx once: dx = (exp(x −
+// lse) − (1 − ε)·[c == t] − ε/C) · scale, rounded once. Both call the
+// formulas of core/loss_math.h, as the CPU reference (ops/cpu/nn.cpp) does.
+// After the forward, one block sums the rows' losses and counts the counted
+// rows (the sum and mean reductions: one small kernel, no scalar from the
+// host).
 //
 // A row belongs to a warp for C <= 1024, else to a block of 256 (C <= 8192)
-// or 512 threads; rows whose length is a multiple of 16 bytes move as 16-byte
-// vectors. No atomics: each row, and the sum over rows, is reduced in a fixed
-// order, so results are deterministic.
+// or, in the register kernels, 1024 threads (512 in the one-sweep ones);
+// rows whose length is a multiple of 16 bytes move as 16-byte vectors. No
+// atomics: each row, and the sum over rows, is reduced in a fixed order, so
+// results are deterministic.
 //
 // Targets: a row whose target is ignore_index has loss 0 and dx 0 (whatever
 // its logits and scale). A target outside [0, C) that is not ignore_index
@@ -163,6 +169,61 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_fwd_kernel(const T* __re
   }
 }
 
+/// cross_entropy_fwd_kernel for rows held in registers: C = n·kVec<T> elements, kPerRow·kPacks / 2 < n <=
+/// kPerRow·kPacks, x aligned for Pack loads (with_row_config's shapes). Exactly the CPU's two passes over
+/// registers: m = max (NaN kept), then s = Σ exp(x − m) and, with smoothing, d = Σ (x − m), reduced together. No
+/// per-element branch and no rescaling, where the one-sweep kernel has both. NaN and infinities end as on the
+/// CPU: a NaN or +inf max, or an all −inf row, makes s NaN; a −inf logit makes d −inf.
+template <class T, bool kSmooth, int kPerRow, int kBlock, int kPacks>
+__global__ void __launch_bounds__(kBlock, (kMinBlocks<T, kBlock>))
+    cross_entropy_fwd_rows_kernel(const T* __restrict__ x,             // (rows, C)
+                                  const int64_t* __restrict__ target,  // (rows)
+                                  opmath_t<T>* __restrict__ loss,      // (rows)
+                                  opmath_t<T>* __restrict__ lse,       // (rows)
+                                  int64_t rows, int C, int64_t ignore_index, Consts<opmath_t<T>> k) {
+  using Acc = opmath_t<T>;
+  constexpr int kRowsPerBlock = kBlock / kPerRow, V = kVec<T>;
+  const int t = static_cast<int>(threadIdx.x) % kPerRow, n = C / V;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const T* xr = x + row * C;
+    const int64_t ti = target[row];
+    const bool counted = ti != ignore_index, in_range = ti >= 0 && ti < C;
+    Acc xt = 0;  // loaded with the row, used after the reductions
+    if (t == 0 && counted && in_range) xt = widen<Acc>(xr[ti]);
+    Pack<T, V> p[kPacks];
+    // Padded with −inf: no effect on the max, exp(−inf − m) = 0 adds nothing to s (where m is NaN or ±inf the
+    // row is NaN already); d skips the pads by has_pack.
+    load_row<kPerRow>(p, reinterpret_cast<const Pack<T, V>*>(xr), t, n, T(-std::numeric_limits<float>::infinity()));
+    Acc m = -std::numeric_limits<Acc>::infinity();
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j)
+#pragma unroll
+      for (int e = 0; e < V; ++e) m = MaxNanOp{}(m, widen<Acc>(p[j].v[e]));
+    m = row_all_reduce<kPerRow, kBlock>(m, MaxNanOp{});
+    Sum2<Acc> sd{0, 0};  // s, d
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      const bool in = has_pack<kPerRow, kPacks>(j, t, n);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const Acc dm = widen<Acc>(p[j].v[e]) - m;
+        sd.a += math::detail::exp(dm);
+        if constexpr (kSmooth) sd.b += in ? dm : Acc(0);
+      }
+    }
+    sd = row_all_reduce<kPerRow, kBlock>(sd, AddOp{});
+    if (t == 0) {
+      const Acc ls = math::detail::log(sd.a);
+      lse[row] = m + ls;
+      // A select, not a product: an ignored row of −inf logits gives 0, not NaN.
+      loss[row] = !counted   ? Acc(0)
+                  : in_range ? math::cross_entropy_row_loss(xt - m, ls, sd.b, k)
+                             : std::numeric_limits<Acc>::quiet_NaN();
+    }
+  }
+}
+
 /// dx[r, c] = (exp(x[r, c] − lse[r]) − (1 − ε)·[c == t_r] − ε/C) · w_r, rounded once, with w_r = scale[r ·
 /// scale_step] (S: the acc dtype or T, widened) divided by *divisor when there is one; 0 for an ignored row, NaN for a row whose target is out of range. Rows as cross_entropy_fwd_kernel; `vec`: C is a multiple
 /// of kVec<T> and x, dx are aligned for Pack accesses. Overwrites dx.
@@ -293,9 +354,21 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target_in, 
     const T* xp = x.data<T>();
     const bool vec = C % kVec<T> == 0 && aligned(xp, 16);
     auto launch = [&](auto smooth) {
-      launch_rows_by_length<FwdRows<T, decltype(smooth)::value>::template K>(
-          op, rows, C, xp, target.data<int64_t>(), r.loss.data<Acc>(), r.lse.data<Acc>(), rows, static_cast<int>(C),
-          ignore_index, k, vec);
+      constexpr bool kSmooth = decltype(smooth)::value;
+      const int64_t* tp = target.data<int64_t>();
+      bool done = false;
+      if constexpr (std::is_same_v<Acc, float>) {  // rows of f32, f16 and bf16 held in registers
+        done = vec && with_row_config<T>(C / kVec<T>, [&](auto cfg) {
+          using Cfg = decltype(cfg);
+          launch_rows<Cfg::per_row, Cfg::block>(
+              cross_entropy_fwd_rows_kernel<T, kSmooth, Cfg::per_row, Cfg::block, Cfg::packs>, op, rows, C, 0, xp,
+              tp, r.loss.data<Acc>(), r.lse.data<Acc>(), rows, static_cast<int>(C), ignore_index, k);
+        });
+      }
+      if (!done)  // f64, rows not a whole number of aligned packs, rows longer than 32768: one sweep a row
+        launch_rows_by_length<FwdRows<T, kSmooth>::template K>(op, rows, C, xp, tp, r.loss.data<Acc>(),
+                                                               r.lse.data<Acc>(), rows, static_cast<int>(C),
+                                                               ignore_index, k, vec);
     };
     if (rows > 0) {
       if (label_smoothing > 0) launch(std::true_type{});

@@ -60,23 +60,6 @@ constexpr DType acc_dtype_v = std::is_same_v<Acc, double> ? DType::kF64 : DType:
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 
-/// Two sums reduced together (the backward's Σ g and Σ g·x̂).
-template <class Acc>
-struct Sum2 {
-  Acc a, b;
-};
-
-struct AddOp {
-  template <class Acc>
-  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const {
-    return a + b;
-  }
-  template <class Acc>
-  __device__ __forceinline__ Sum2<Acc> operator()(const Sum2<Acc>& a, const Sum2<Acc>& b) const {
-    return {a.a + b.a, a.b + b.b};
-  }
-};
-
 /// Calls f(i, value) for the elements i ≡ t (mod kPerRow) of a row of C T's — 16-byte vectors when `vec`.
 template <int kPerRow, class T, class F>
 __device__ __forceinline__ void for_my_elements(const T* row, int C, int t, bool vec, F&& f) {

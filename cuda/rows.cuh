@@ -1,8 +1,8 @@
 // cuda/rows.cuh — what the row kernels share (internal: cuda/softmax.cu, cuda/layer_norm.cu,
 // cuda/cross_entropy.cu): the pack width (the packs are cuda/launch.cuh's), the register kernels'
 // shapes, the row launchers, the row-wide reduction (two levels of cub::WarpReduce, the result in every
-// thread), the loads of a row into registers or, by cp.async, into shared memory, and the element
-// conversions for arithmetic.
+// thread) and its sum and NaN-keeping max operators, the loads of a row into registers or, by cp.async, into
+// shared memory, and the element conversions for arithmetic.
 //
 // A row is owned by kPerRow threads — a warp, or a whole block — and a block of kBlock threads holds
 // kBlock / kPerRow rows. The register kernels hold a row in kPacks 16-byte packs a thread:
@@ -142,6 +142,31 @@ __device__ __forceinline__ O narrow(Acc v) {
 }
 
 // ---- a row held by its threads -------------------------------------------------------------------
+
+/// Two sums reduced together in one row_all_reduce (layer_norm's Σ g and Σ g·x̂, cross_entropy's Σ exp and Σ x − m).
+template <class Acc>
+struct Sum2 {
+  Acc a, b;
+};
+
+struct AddOp {
+  template <class Acc>
+  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const {
+    return a + b;
+  }
+  template <class Acc>
+  __device__ __forceinline__ Sum2<Acc> operator()(const Sum2<Acc>& a, const Sum2<Acc>& b) const {
+    return {a.a + b.a, a.b + b.b};
+  }
+};
+
+/// max with NaN kept: a NaN, once seen, stays (as ops/cpu/nn.cpp's max_with_nan; fmax would drop it).
+struct MaxNanOp {
+  template <class Acc>
+  __device__ __forceinline__ Acc operator()(const Acc& a, const Acc& b) const {
+    return (b != b || b > a) ? b : a;
+  }
+};
 
 /// Reduces v over the kPerRow threads that share a row (a warp, or the whole block when kPerRow == kBlock) and
 /// returns the result to all of them. Block form: every thread of the block must call it. Two levels of

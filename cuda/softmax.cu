@@ -56,13 +56,6 @@ constexpr int64_t kColumnsMin = 16384;
 
 // ---- reductions over the threads of a row ---------------------------------------------------
 
-struct AddOp {
-  template <class V>
-  __device__ __forceinline__ V operator()(const V& a, const V& b) const {
-    return a + b;
-  }
-};
-
 /// The running statistics of an online softmax: m = max so far, s = Σ exp(x − m).
 template <class Acc>
 struct MaxSum {
@@ -116,14 +109,6 @@ struct MergeMaxSum {
 };
 
 // ---- kernels over contiguous rows held in registers -----------------------------------------------
-
-/// max with NaN kept: a NaN, once seen, stays (as ops/cpu/nn.cpp's max_with_nan; fmax would drop it).
-struct MaxNanOp {
-  template <class Acc>
-  __device__ __forceinline__ Acc operator()(const Acc& a, const Acc& b) const {
-    return (b != b || b > a) ? b : a;
-  }
-};
 
 /// y[r, :] = softmax(x[r, :]) (or log_softmax) for rows r in [0, rows) of C = n·kVec<T> elements, kPerRow·kPacks / 2
 /// < n <= kPerRow·kPacks; x and y aligned for Pack accesses. Overwrites y.

@@ -419,6 +419,33 @@ BOOST_AUTO_TEST_CASE(cross_entropy_kernels_match_cpu, MT_GPU_TEST) {
   }
 }
 
+// Loss and lse of special rows against the CPU's two passes: a NaN logit, −inf logits (one of them the target),
+// an all −inf row, a +inf logit, and a plain row — in the warp, 256- and 1024-thread register kernels and the
+// one-sweep kernels (40, 1000, 8200, 20000 in registers for every dtype; 40000 and an odd 1001 one sweep).
+BOOST_AUTO_TEST_CASE(cross_entropy_special_values, MT_GPU_TEST) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t C : {40, 1000, 1001, 8200, 20000, 40000}) {
+    Tensor x = mt::zeros({5, C});
+    x.set({0, 3}, nan);
+    for (int64_t c = 0; c < C; c += 2) x.set({1, c}, -inf);
+    for (int64_t c = 0; c < C; ++c) x.set({2, c}, -inf);
+    x.set({3, C - 1}, 5.0);
+    x.set({4, C / 2}, inf);
+    const Tensor target = mt::tensor<int64_t>({1, 0, 1, C - 1, 0});  // row 1's target is a −inf logit
+    for (DType dt : kFloatDTypes)
+      for (double eps : {0.0, 0.1}) {
+        std::ostringstream os;
+        os << "cross_entropy of special rows, " << dt << " C " << C << " smoothing " << eps;
+        const kernels::CrossEntropyResult cpu = kernels::cross_entropy(x.to(dt), target, -100, eps);
+        const kernels::CrossEntropyResult g = kernels::cross_entropy(gpu(x.to(dt)), gpu(target), -100, eps);
+        const DType A = acc_of(dt);
+        // NaN where the CPU has NaN, the same infinities, else within the sums' order allowance.
+        expect_close(g.loss, cpu.loss, mt::test::tolerance(A), order_allowance(C), os.str() + ", loss");
+        expect_close(g.lse, cpu.lse, mt::test::tolerance(A), order_allowance(C), os.str() + ", lse");
+      }
+  }
+}
+
 // Ignored rows give loss 0 and dx 0 whatever their logits; a target out of [0, C) that is not ignore_index
 // (which only the CPU can check without a synchronisation) gives a NaN loss and a NaN dx row, and nothing else.
 BOOST_AUTO_TEST_CASE(cross_entropy_kernels_bad_and_ignored_targets, MT_GPU_TEST) {
