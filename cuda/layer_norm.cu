@@ -343,16 +343,33 @@ __global__ void __launch_bounds__(kBlock, (kColumns ? 1 : kMinBlocks<T, kBlock, 
         const P xp = x_pack(k);
         Acc w[V];
         load_params(w, weight, i, true, Acc(1));
+        // The pack's 2·V column slots (slot e·n + i) are read together before any is written: the compiler
+        // cannot prove the slots distinct (n is a runtime value), so a read-add-write per element would be a
+        // chain of dependent shared-memory round trips.
+        Acc cw[V], cb[V];
+        if constexpr (kColumns) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            cw[e] = cols[e * n + i];
+            cb[e] = cols[M + e * n + i];
+          }
+        }
         P o;
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           const Acc gv = widen<Acc>(g[k].v[e]), xhat = (widen<Acc>(xp.v[e]) - mu) * rs;
           if constexpr (kColumns) {
-            const int slot = e * n + i;
-            cols[slot] += gv * xhat;
-            cols[M + slot] += gv;
+            cw[e] += gv * xhat;
+            cb[e] += gv;
           }
           o.v[e] = narrow<T>(rs * ((weight ? mul_rn(gv, w[e]) : gv) - mg - xhat * mgx));
+        }
+        if constexpr (kColumns) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            cols[e * n + i] = cw[e];
+            cols[M + e * n + i] = cb[e];
+          }
         }
         dv[i] = o;
       }
