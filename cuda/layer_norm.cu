@@ -486,9 +486,11 @@ constexpr int kColumnThreads = 256;
 constexpr int64_t kRowsPerChunk = 64;
 constexpr int64_t kMaxChunks = 65535;  // gridDim.y
 
-/// Partial column sums over one chunk of rows (blockIdx.y) for kColumnThreads columns (blockIdx.x):
-/// dweight_part[chunk, j] = Σ dy·x̂, dbias_part[chunk, j] = Σ dy. Overwrites the partials; either may be null.
-template <class T>
+/// Partial column sums over one chunk of rows (blockIdx.y) for kColumnThreads·V columns (blockIdx.x), V
+/// neighbouring columns a thread moved as one Pack (16 bytes, or V = 1 where M or a buffer does not allow it):
+/// dweight_part[chunk, j] = Σ dy·x̂, dbias_part[chunk, j] = Σ dy, each column summed in row order whatever V.
+/// Overwrites the partials; either may be null.
+template <class T, int V>
 __global__ void __launch_bounds__(kColumnThreads) layer_norm_bwd_params_partial_kernel(
     const T* __restrict__ dy,                // (rows, M)
     const T* __restrict__ x,                 // (rows, M)
@@ -498,17 +500,30 @@ __global__ void __launch_bounds__(kColumnThreads) layer_norm_bwd_params_partial_
     acc_t<T>* __restrict__ dbias_part,       // (chunks, M) or null
     int64_t rows, int64_t M, int64_t rows_per_chunk) {
   using Acc = acc_t<T>;
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
+  using P = Pack<T, V>;
+  const int64_t j = (static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x) * V;
   if (j >= M) return;
-  const int64_t chunk = blockIdx.y, r0 = chunk * rows_per_chunk, r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  Acc dw = 0, db = 0;
+  const int64_t chunk = blockIdx.y, r0 = chunk * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  Acc dw[V] = {}, db[V] = {};
+#pragma unroll 4
   for (int64_t r = r0; r < r1; ++r) {
-    const Acc g = widen<Acc>(dy[r * M + j]);
-    if (dweight_part) dw += g * ((widen<Acc>(x[r * M + j]) - mean[r]) * rstd[r]);
-    db += g;
+    const P g = *reinterpret_cast<const P*>(dy + r * M + j);
+    const Acc mu = mean[r], rs = rstd[r];
+    P xp{};
+    if (dweight_part) xp = *reinterpret_cast<const P*>(x + r * M + j);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const Acc ge = widen<Acc>(g.v[e]);
+      if (dweight_part) dw[e] += ge * ((widen<Acc>(xp.v[e]) - mu) * rs);
+      db[e] += ge;
+    }
   }
-  if (dweight_part) dweight_part[chunk * M + j] = dw;
-  if (dbias_part) dbias_part[chunk * M + j] = db;
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    if (dweight_part) dweight_part[chunk * M + j + e] = dw[e];
+    if (dbias_part) dbias_part[chunk * M + j + e] = db[e];
+  }
 }
 
 /// out[j] = Σ_chunk part[chunk, j], in chunk order. Overwrites out.
@@ -741,11 +756,17 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
     const Tensor dw_part = want_w ? empty({chunks, M}, acc) : Tensor();
     const Tensor db_part = bias_defined ? empty({chunks, M}, acc) : Tensor();
-    const dim3 grid(static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), static_cast<unsigned>(chunks));
-    layer_norm_bwd_params_partial_kernel<T><<<grid, kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
-        gp, xp, mp, rp, want_w ? dw_part.data<Acc>() : nullptr, bias_defined ? db_part.data<Acc>() : nullptr, rows, M,
-        rows_per_chunk);
-    MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_params_partial_kernel (", rows, " rows of ", M, ")");
+    auto partial = [&](auto kernel, int64_t columns_a_thread) {
+      const int64_t threads = (M + columns_a_thread - 1) / columns_a_thread;
+      const dim3 grid(static_cast<unsigned>((threads + kColumnThreads - 1) / kColumnThreads),
+                      static_cast<unsigned>(chunks));
+      kernel<<<grid, kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
+          gp, xp, mp, rp, want_w ? dw_part.data<Acc>() : nullptr, bias_defined ? db_part.data<Acc>() : nullptr,
+          rows, M, rows_per_chunk);
+      MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_params_partial_kernel (", rows, " rows of ", M, ")");
+    };
+    if (vec) partial(layer_norm_bwd_params_partial_kernel<T, kVec<T>>, kVec<T>);  // 16-byte loads
+    else partial(layer_norm_bwd_params_partial_kernel<T, 1>, 1);
     auto finish = [&](const Tensor& part) {
       Tensor sum = empty(param_shape, acc);
       layer_norm_bwd_params_final_kernel<Acc>
