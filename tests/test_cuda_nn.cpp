@@ -265,6 +265,9 @@ BOOST_AUTO_TEST_CASE(layer_norm_shapes_and_params, MT_GPU_TEST) {
                    "rows beyond one sweep of the grid");
   check_layer_norm(randn_as({3000, 2048}, mt::kF32), 2048, randn_as({2048}, mt::kF32), Tensor(),
                    "rows beyond one sweep of the grid, a block a row");
+  // Rows longer than 8192 sum dweight/dbias in a second pass, 64 rows a chunk: several chunks, 16-byte packs.
+  check_layer_norm(randn_as({200, 8200}, mt::kF16), 8200, randn_as({8200}, mt::kF16), randn_as({8200}, mt::kF16),
+                   "several chunks of the parameter pass");
 }
 
 // f16 rows near +1000: the mean is summed relative to the first element, so nothing cancels.
