@@ -124,6 +124,34 @@ __device__ __forceinline__ V row_reduce(V v, Op op) {
   }
 }
 
+/// A row's target: whether it counts (not ignore_index), whether it lies in [0, C), and its logit x_t, which only
+/// the row's first thread (t = 0) reads, before the row's statistics.
+template <class Acc>
+struct RowTarget {
+  bool counted, in_range;
+  Acc xt;
+};
+
+template <class Acc, class T>
+__device__ __forceinline__ RowTarget<Acc> row_target(const T* __restrict__ xr, int64_t ti, int C, int64_t ignore_index,
+                                                     int t) {
+  RowTarget<Acc> r{ti != ignore_index, ti >= 0 && ti < C, Acc(0)};
+  if (t == 0 && r.counted && r.in_range) r.xt = widen<Acc>(xr[ti]);
+  return r;
+}
+
+/// The row's outputs from its statistics (m, s, d as core/loss_math.h), written by its first thread: lse = m + log s
+/// and the loss; a select, not a product: an ignored row of −inf logits gives 0, not NaN.
+template <class Acc>
+__device__ __forceinline__ void write_row_loss(const RowTarget<Acc>& tg, Acc m, Acc s, Acc d, const Consts<Acc>& k,
+                                               Acc* __restrict__ loss, Acc* __restrict__ lse, int64_t row) {
+  const Acc ls = math::detail::log(s);
+  lse[row] = m + ls;
+  loss[row] = !tg.counted   ? Acc(0)
+              : tg.in_range ? math::cross_entropy_row_loss(tg.xt - m, ls, d, k)
+                            : std::numeric_limits<Acc>::quiet_NaN();
+}
+
 // ---- kernels ------------------------------------------------------------------------------------
 
 /// loss[r], lse[r] of rows r in [0, rows); kPerRow threads own a row. `vec`: C is a multiple of kVec<T> and x is
@@ -141,10 +169,7 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_fwd_kernel(const T* __re
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
     const T* xr = x + row * C;
-    const int64_t ti = target[row];
-    const bool counted = ti != ignore_index, in_range = ti >= 0 && ti < C;
-    Acc xt = 0;  // loaded before the sweep, used after the reduction
-    if (t == 0 && counted && in_range) xt = widen<Acc>(xr[ti]);
+    const RowTarget<Acc> tg = row_target<Acc>(xr, target[row], C, ignore_index, t);
     RowStats<Acc> st{-std::numeric_limits<Acc>::infinity(), Acc(0), Acc(0), 0};
     if (vec) {
       const auto* xv = reinterpret_cast<const Pack<T, V>*>(xr);
@@ -158,14 +183,7 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_fwd_kernel(const T* __re
       for (int i = t; i < C; i += kPerRow) stats_add<kSmooth>(st, widen<Acc>(xr[i]));
     }
     st = row_reduce<kPerRow, kBlock>(st, MergeRowStats<kSmooth>{});
-    if (t == 0) {
-      const Acc ls = math::detail::log(st.s);
-      lse[row] = st.m + ls;
-      // A select, not a product: an ignored row of −inf logits gives 0, not NaN.
-      loss[row] = !counted   ? Acc(0)
-                  : in_range ? math::cross_entropy_row_loss(xt - st.m, ls, st.d, k)
-                             : std::numeric_limits<Acc>::quiet_NaN();
-    }
+    if (t == 0) write_row_loss(tg, st.m, st.s, st.d, k, loss, lse, row);
   }
 }
 
@@ -187,10 +205,7 @@ __global__ void __launch_bounds__(kBlock, (kMinBlocks<T, kBlock>))
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kPerRow; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
     const T* xr = x + row * C;
-    const int64_t ti = target[row];
-    const bool counted = ti != ignore_index, in_range = ti >= 0 && ti < C;
-    Acc xt = 0;  // loaded with the row, used after the reductions
-    if (t == 0 && counted && in_range) xt = widen<Acc>(xr[ti]);
+    const RowTarget<Acc> tg = row_target<Acc>(xr, target[row], C, ignore_index, t);
     Pack<T, V> p[kPacks];
     // Padded with −inf: no effect on the max, exp(−inf − m) = 0 adds nothing to s (where m is NaN or ±inf the
     // row is NaN already); d skips the pads by has_pack.
@@ -213,14 +228,7 @@ __global__ void __launch_bounds__(kBlock, (kMinBlocks<T, kBlock>))
       }
     }
     sd = row_all_reduce<kPerRow, kBlock>(sd, AddOp{});
-    if (t == 0) {
-      const Acc ls = math::detail::log(sd.a);
-      lse[row] = m + ls;
-      // A select, not a product: an ignored row of −inf logits gives 0, not NaN.
-      loss[row] = !counted   ? Acc(0)
-                  : in_range ? math::cross_entropy_row_loss(xt - m, ls, sd.b, k)
-                             : std::numeric_limits<Acc>::quiet_NaN();
-    }
+    if (t == 0) write_row_loss(tg, m, sd.a, sd.b, k, loss, lse, row);
   }
 }
 

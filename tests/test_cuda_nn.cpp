@@ -103,6 +103,19 @@ void check_softmax(const Tensor& x, int64_t dim, bool log, DType out_dtype, cons
   expect_close(dx_gpu, dx_cpu, mt::test::tolerance(out_dtype), order_allowance(C), config + ", backward");
 }
 
+/// Five f32 rows of C with special values: a NaN (row 0), −inf at every even column (row 1), all −inf (row 2), a
+/// plain row with one 5 (row 3), a +inf (row 4).
+Tensor special_rows(int64_t C) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor x = mt::zeros({5, C});
+  x.set({0, 3}, nan);
+  for (int64_t c = 0; c < C; c += 2) x.set({1, c}, -inf);
+  for (int64_t c = 0; c < C; ++c) x.set({2, c}, -inf);
+  x.set({3, C - 1}, 5.0);
+  x.set({4, C / 2}, inf);
+  return x;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(cuda_nn)
@@ -184,14 +197,8 @@ BOOST_AUTO_TEST_CASE(softmax_non_contiguous, MT_GPU_TEST) {
 // NaN rows stay NaN, −inf entries get probability 0, an all −inf row is NaN, a +inf makes its row NaN — like the
 // CPU — in the warp, 256-thread and 1024-thread register kernels and a strided one (40, 1000, 8200, 20000, 40000).
 BOOST_AUTO_TEST_CASE(softmax_special_values, MT_GPU_TEST) {
-  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   for (int64_t C : {40, 1000, 8200, 20000, 40000}) {
-    Tensor x = mt::zeros({5, C});
-    x.set({0, 3}, nan);
-    for (int64_t c = 0; c < C; c += 2) x.set({1, c}, -inf);
-    for (int64_t c = 0; c < C; ++c) x.set({2, c}, -inf);
-    x.set({3, C - 1}, 5.0);
-    x.set({4, C / 2}, inf);
+    const Tensor x = special_rows(C);
     for (DType dt : kFloatDTypes)
       for (bool log : {false, true}) check_softmax(x.to(dt), -1, log, dt, "special values");
   }
@@ -426,14 +433,8 @@ BOOST_AUTO_TEST_CASE(cross_entropy_kernels_match_cpu, MT_GPU_TEST) {
 // an all −inf row, a +inf logit, and a plain row — in the warp, 256- and 1024-thread register kernels and the
 // one-sweep kernels (40, 1000, 8200, 20000 in registers for every dtype; 40000 and an odd 1001 one sweep).
 BOOST_AUTO_TEST_CASE(cross_entropy_special_values, MT_GPU_TEST) {
-  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   for (int64_t C : {40, 1000, 1001, 8200, 20000, 40000}) {
-    Tensor x = mt::zeros({5, C});
-    x.set({0, 3}, nan);
-    for (int64_t c = 0; c < C; c += 2) x.set({1, c}, -inf);
-    for (int64_t c = 0; c < C; ++c) x.set({2, c}, -inf);
-    x.set({3, C - 1}, 5.0);
-    x.set({4, C / 2}, inf);
+    const Tensor x = special_rows(C);
     const Tensor target = mt::tensor<int64_t>({1, 0, 1, C - 1, 0});  // row 1's target is a −inf logit
     for (DType dt : kFloatDTypes)
       for (double eps : {0.0, 0.1}) {
