@@ -260,6 +260,12 @@ __global__ void __launch_bounds__(kBlock, (kRegisterBudgetBlocks<kBlock>))
 
 // ---- backward -------------------------------------------------------------------------------
 
+/// The fused backward's (kColumns) __launch_bounds__ minimum: 3 blocks of 256 an SM (80 registers) where a thread
+/// holds up to 16 elements of each input (rows of 4096 in 16-bit, 4096 in f32 at 4 packs), none above: with 32,
+/// ptxas spilled the bf16 and f32 kernels at 80. Shared memory (2·M f32 a row owner) allows 3 at rows of 4096.
+template <class T, int kPacks>
+constexpr int kColumnsMinBlocks = kPacks * kVec<T> <= 16 ? 3 : 1;
+
 /// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) per row, g = dy·w, x̂ = (x − mean)·rstd, for rows of M = n·kVec<T>
 /// elements, kPerRow·kPacks / 2 < n <= kPerRow·kPacks; dy, x, dx and weight 16-byte aligned. Overwrites dx.
 /// With kStash, x waits in dynamic shared memory (kPacks·kBlock packs) rather than registers.
@@ -268,10 +274,9 @@ __global__ void __launch_bounds__(kBlock, (kRegisterBudgetBlocks<kBlock>))
 /// its rows per column in shared memory — one (dweight, dbias) pair of M-rows per row owner (warp or block), so a
 /// column's slot is only ever touched by the one thread whose elements it holds — and writes them, summed over its
 /// row owners in order, as row blockIdx.x of part (gridDim.x, 2, M). A template parameter rather than a null test,
-/// so the kernels without it carry none of its registers. Its shared memory bounds its blocks an SM already, so
-/// it asks for no minimum (at kMinBlocks' 80 registers ptxas spilled the bf16 one).
+/// so the kernels without it carry none of its registers. Its blocks of 256 threads ask for kColumnsMinBlocks.
 template <class T, int kPerRow, int kBlock, int kPacks, bool kStash, bool kColumns>
-__global__ void __launch_bounds__(kBlock, (kColumns ? 1 : kMinBlocks<T, kBlock, 2>))
+__global__ void __launch_bounds__(kBlock, (kColumns ? kColumnsMinBlocks<T, kPacks> : kMinBlocks<T, kBlock, 2>))
     layer_norm_bwd_dx_kernel(const T* __restrict__ dy,          // (rows, M)
                              const T* __restrict__ x,           // (rows, M)
                              const float* __restrict__ mean,    // (rows)
@@ -343,32 +348,38 @@ __global__ void __launch_bounds__(kBlock, (kColumns ? 1 : kMinBlocks<T, kBlock, 
         const P xp = x_pack(k);
         Acc w[V];
         load_params(w, weight, i, true, Acc(1));
-        // The pack's 2·V column slots (slot e·n + i) are read together before any is written: the compiler
-        // cannot prove the slots distinct (n is a runtime value), so a read-add-write per element would be a
-        // chain of dependent shared-memory round trips.
-        Acc cw[V], cb[V];
-        if constexpr (kColumns) {
-#pragma unroll
-          for (int e = 0; e < V; ++e) {
-            cw[e] = cols[e * n + i];
-            cb[e] = cols[M + e * n + i];
-          }
-        }
+        // The column slots (slot e·n + i) of kSlotBatch elements are read together before any is written: the
+        // compiler cannot prove the slots distinct (n is a runtime value), so a read-add-write per element would
+        // be a chain of dependent shared-memory round trips. Batches of 4, not the whole pack: 16-bit packs'
+        // 16 slots at once cost registers (a block fewer an SM at rows of 4096).
+        constexpr int kSlotBatch = V < 4 ? V : 4;
         P o;
 #pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const Acc gv = widen<Acc>(g[k].v[e]), xhat = (widen<Acc>(xp.v[e]) - mu) * rs;
+        for (int e0 = 0; e0 < V; e0 += kSlotBatch) {
+          Acc cw[kSlotBatch], cb[kSlotBatch];
           if constexpr (kColumns) {
-            cw[e] += gv * xhat;
-            cb[e] += gv;
-          }
-          o.v[e] = narrow<T>(rs * ((weight ? mul_rn(gv, w[e]) : gv) - mg - xhat * mgx));
-        }
-        if constexpr (kColumns) {
 #pragma unroll
-          for (int e = 0; e < V; ++e) {
-            cols[e * n + i] = cw[e];
-            cols[M + e * n + i] = cb[e];
+            for (int b = 0; b < kSlotBatch; ++b) {
+              cw[b] = cols[(e0 + b) * n + i];
+              cb[b] = cols[M + (e0 + b) * n + i];
+            }
+          }
+#pragma unroll
+          for (int b = 0; b < kSlotBatch; ++b) {
+            const int e = e0 + b;
+            const Acc gv = widen<Acc>(g[k].v[e]), xhat = (widen<Acc>(xp.v[e]) - mu) * rs;
+            if constexpr (kColumns) {
+              cw[b] += gv * xhat;
+              cb[b] += gv;
+            }
+            o.v[e] = narrow<T>(rs * ((weight ? mul_rn(gv, w[e]) : gv) - mg - xhat * mgx));
+          }
+          if constexpr (kColumns) {
+#pragma unroll
+            for (int b = 0; b < kSlotBatch; ++b) {
+              cols[(e0 + b) * n + i] = cw[b];
+              cols[M + (e0 + b) * n + i] = cb[b];
+            }
           }
         }
         dv[i] = o;
