@@ -385,17 +385,29 @@ class CudaBackend final : public DeviceBackend {
 
 constexpr int kMaxDevices = 64;
 
-int multiprocessor_count(int device) {
-  static std::array<std::atomic<int>, kMaxDevices> cache{};  // 0: not queried yet
+namespace {
+/// cudaDeviceGetAttribute(kAttr, device), queried once per device (0 is never a valid answer for the attributes
+/// asked here, so it marks "not queried yet").
+template <cudaDeviceAttr kAttr>
+int cached_attribute(int device, const char* what) {
+  static std::array<std::atomic<int>, kMaxDevices> cache{};
   const bool cacheable = device >= 0 && device < kMaxDevices;
   if (cacheable) {
-    if (int n = cache[device].load(std::memory_order_relaxed)) return n;
+    if (int v = cache[device].load(std::memory_order_relaxed)) return v;
   }
-  int n = 0;
-  MT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
-                "cuda: querying the multiprocessor count of cuda:", device);
-  if (cacheable) cache[device].store(n, std::memory_order_relaxed);
-  return n;
+  int v = 0;
+  MT_CUDA_CHECK(cudaDeviceGetAttribute(&v, kAttr, device), "cuda: querying ", what, " of cuda:", device);
+  if (cacheable) cache[device].store(v, std::memory_order_relaxed);
+  return v;
+}
+}  // namespace
+
+int multiprocessor_count(int device) {
+  return cached_attribute<cudaDevAttrMultiProcessorCount>(device, "the multiprocessor count");
+}
+
+int compute_capability_major(int device) {
+  return cached_attribute<cudaDevAttrComputeCapabilityMajor>(device, "the compute capability");
 }
 
 }  // namespace cuda

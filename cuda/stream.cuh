@@ -43,6 +43,8 @@ class DeviceGuard {
 
 /// Streaming multiprocessors of `device`, queried once per device (launch configurations ask on every launch).
 int multiprocessor_count(int device);
+/// The major compute capability of `device` (9 on an H100), queried once per device.
+int compute_capability_major(int device);
 
 namespace detail {
 /// Bumped by every host wait the runtime performs (stream, event or device synchronize): debug_counters().
