@@ -58,6 +58,36 @@ bool choose_large(int64_t m, int64_t n, int64_t batches, DType in_dtype, const G
   return tiles >= ::mixtape::cuda::multiprocessor_count(current_device());
 }
 
+/// Blocks per split-K cluster for the small tile (1: no split). On sm_90 and newer, the most of 2, 4 and 8
+/// whose clusters still fit one block per SM and leave every block at least two tiles of K (a pipeline with
+/// something to overlap): 128 × 512 × 784 in f16 is 16 tiles of 25 K steps, split 8 ways into 128 blocks of
+/// 3-4 steps. A problem that already has a block for every SM is not split.
+int choose_split(int64_t m, int64_t n, int64_t k, int64_t batches, DType in_dtype) {
+  const int device = current_device();
+  if (::mixtape::cuda::compute_capability_major(device) < 9) return 1;
+  constexpr int64_t kBM = 64, kBN = 64;  // gemm::SmallTile
+  static_assert(gemm::SmallTile<__half>::BM == kBM && gemm::SmallTile<__half>::BN == kBN &&
+                gemm::SmallTile<float>::BM == kBM && gemm::SmallTile<float>::BN == kBN);
+  const int64_t tiles = (m + kBM - 1) / kBM * ((n + kBN - 1) / kBN) * batches;
+  const int64_t bk = 64 / static_cast<int64_t>(itemsize(in_dtype));  // gemm::TileConfig::BK: 64 bytes of K
+  const int64_t ktiles = (k + bk - 1) / bk;
+  const int64_t sms = ::mixtape::cuda::multiprocessor_count(device);
+  int split = 1;
+  for (int s = 2; s <= gemm::kMaxSplitK; s *= 2)
+    if (tiles * s <= sms && ktiles >= 2 * s) split = s;
+  return split;
+}
+
+/// The blocks per cluster a forced tile asks for (1 for the others).
+int forced_split(GemmTile tile) {
+  switch (tile) {
+    case GemmTile::kSplitK2: return 2;
+    case GemmTile::kSplitK4: return 4;
+    case GemmTile::kSplitK8: return 8;
+    default: return 1;
+  }
+}
+
 }  // namespace
 
 bool gemm_tensor_core_supports(DType in_dtype, DType out_dtype, int device) noexcept {
@@ -70,9 +100,27 @@ bool gemm_tensor_core_supports(DType in_dtype, DType out_dtype, int device) noex
   return major >= 8;
 }
 
-GemmTile gemm_tensor_core_tile(int64_t m, int64_t n, int64_t batches, DType in_dtype, const GemmOperand& a,
-                               const GemmOperand& b) {
-  return choose_large(m, n, batches, in_dtype, a, b) ? GemmTile::kLarge : GemmTile::kSmall;
+const char* gemm_tile_name(GemmTile tile) noexcept {
+  switch (tile) {
+    case GemmTile::kAuto: return "auto";
+    case GemmTile::kLarge: return "large";
+    case GemmTile::kSmall: return "small";
+    case GemmTile::kSplitK2: return "small, K split 2";
+    case GemmTile::kSplitK4: return "small, K split 4";
+    case GemmTile::kSplitK8: return "small, K split 8";
+  }
+  return "?";
+}
+
+GemmTile gemm_tensor_core_tile(int64_t m, int64_t n, int64_t k, int64_t batches, DType in_dtype,
+                               const GemmOperand& a, const GemmOperand& b) {
+  if (choose_large(m, n, batches, in_dtype, a, b)) return GemmTile::kLarge;
+  switch (choose_split(m, n, k, batches, in_dtype)) {
+    case 2: return GemmTile::kSplitK2;
+    case 4: return GemmTile::kSplitK4;
+    case 8: return GemmTile::kSplitK8;
+    default: return GemmTile::kSmall;
+  }
 }
 
 void gemm_tensor_core(int64_t m, int64_t n, int64_t k, int64_t batches, DType in_dtype, const GemmOperand& a,
@@ -111,13 +159,19 @@ void gemm_tensor_core(int64_t m, int64_t n, int64_t k, int64_t batches, DType in
   p.vec_b = k > 0 && vector_ok(b, batches, in_dtype);
   const bool large = p.vec_a && p.vec_b &&
                      (tile == GemmTile::kLarge || (tile == GemmTile::kAuto && choose_large(m, n, batches, in_dtype, a, b)));
-  // Tiles along m and n: the small tile has the most (64 × 64).
-  MT_CHECK((m + 63) / 64 * ((n + 63) / 64) <= kMax, "gemm_tensor_core: too many tiles (", shapes(), ")");
+  int split = 1;
+  if (!large) {
+    if (tile == GemmTile::kAuto) split = choose_split(m, n, k, batches, in_dtype);
+    else if (forced_split(tile) > 1 && ::mixtape::cuda::compute_capability_major(current_device()) >= 9)
+      split = forced_split(tile);
+  }
+  // Blocks along x: the small tile has the most tiles (64 × 64), times the blocks of a cluster.
+  MT_CHECK((m + 63) / 64 * ((n + 63) / 64) * split <= kMax, "gemm_tensor_core: too many tiles (", shapes(), ")");
 
   switch (in_dtype) {
-    case DType::kF16: gemm::launch<__half>(p, large, stream); break;
-    case DType::kBF16: gemm::launch<__nv_bfloat16>(p, large, stream); break;
-    default: gemm::launch<float>(p, large, stream); break;
+    case DType::kF16: gemm::launch<__half>(p, large, split, stream); break;
+    case DType::kBF16: gemm::launch<__nv_bfloat16>(p, large, split, stream); break;
+    default: gemm::launch<float>(p, large, split, stream); break;
   }
 }
 

@@ -48,10 +48,17 @@ struct GemmEpilogue {
   bool relu = false;              // max(x + bias, 0)
 };
 
-/// Which block tile runs: kAuto picks by shape (the large tile when it fills every SM at least once and
-/// every operand allows 16-byte copies, else the small one). The others force a tile, for tests and the
-/// benchmark; a forced kLarge on operands that are not 16-byte aligned runs the small tile.
-enum class GemmTile : uint8_t { kAuto, kLarge, kSmall };
+/// Which block tile runs. kAuto picks by shape: the large tile when its tiles fill every SM at least once and
+/// every operand allows 16-byte copies; else the small one, and on sm_90 and newer, when the small tiles leave
+/// most SMs idle and K is long (the MNIST layers: 128 × 512 × 784 is 16 tiles), the small tile with K split
+/// over a thread-block cluster of 2, 4 or 8 blocks, whose partial sums meet in distributed shared memory and
+/// are added in rank order (deterministic; no workspace, one launch). The others force a choice, for tests
+/// and the benchmark: a forced kLarge on operands that are not 16-byte aligned runs the small tile, a forced
+/// split before sm_90 runs the small tile unsplit.
+enum class GemmTile : uint8_t { kAuto, kLarge, kSmall, kSplitK2, kSplitK4, kSplitK8 };
+
+/// "auto", "large", "small", "small, K split 2" …: for messages and the benchmark's report.
+const char* gemm_tile_name(GemmTile tile) noexcept;
 
 /// True when gemm_tensor_core takes these dtypes on `device` (compute capability 8.0 or newer):
 /// in_dtype f16, bf16, or f32 (TF32 Tensor Cores), out_dtype f32, f16 or bf16. Layouts, alignments and
@@ -67,13 +74,14 @@ void gemm_tensor_core(int64_t m, int64_t n, int64_t k, int64_t batches, DType in
                       int64_t ldc, int64_t c_batch_stride, DType out_dtype, const GemmEpilogue& epi,
                       cudaStream_t stream, GemmTile tile = GemmTile::kAuto);
 
-/// The tile kAuto would run for this problem on the current device (for the benchmark's report).
-GemmTile gemm_tensor_core_tile(int64_t m, int64_t n, int64_t batches, DType in_dtype, const GemmOperand& a,
-                               const GemmOperand& b);
+/// The tile kAuto would run for this problem on the current device (for the benchmark's report): kLarge,
+/// kSmall or one of the kSplitK.
+GemmTile gemm_tensor_core_tile(int64_t m, int64_t n, int64_t k, int64_t batches, DType in_dtype,
+                               const GemmOperand& a, const GemmOperand& b);
 
 /// Resources of one kernel instantiation (cudaFuncGetAttributes), for the benchmark's report.
 struct GemmKernelInfo {
-  std::string name;          // e.g. "f16 large 128x256x32 NT"
+  std::string name;          // e.g. "f16 large 128x256x32 NT" (the small tile's also run as split-K clusters)
   int registers = 0;         // per thread
   size_t static_smem = 0;    // bytes
   size_t dynamic_smem = 0;   // bytes requested at launch

@@ -21,6 +21,15 @@
 // layers) take the small tile, which checks per operand at run time and stages those with predicated
 // element loads into the same shared-memory layout. TF32 runs the same code on f32 operands with
 // 16×16×8 fragments and BK = 16 (64 bytes of K per row, as for halves).
+//
+// Split K (sm_90): a problem of few tiles and long K (an MNIST layer, 128 × 512 × 784: 16 small tiles on
+// 132 SMs, each walking 25 tiles of K one after another) launches the small tile as thread-block clusters
+// of S blocks along x; the S blocks of a cluster compute the same tile of C over S consecutive ranges of K,
+// each stores its f32 partial sums into its own shared memory as the epilogue does anyway, and after one
+// cluster barrier each block finishes 1/S of the tile's rows by reading the S partials through distributed
+// shared memory, adding them in rank order (so the result does not depend on timing) before the bias, relu
+// and the one rounding. No workspace, no second kernel; launched without a cluster the kernel is the
+// unsplit one (a cluster of one block).
 #pragma once
 
 #include <atomic>
@@ -31,6 +40,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <mma.h>
 
@@ -151,9 +161,50 @@ struct TileConfig {
 // The two tiles. Large: 8 warps of 64×64, 4 stages (120 KB of shared memory for halves, 136 KB for the
 // epilogue), one block per SM.
 // Small: 4 warps of 32×32, for problems whose large tiles would leave SMs idle (MNIST-sized layers);
-// 38 KB and at most 128 registers, so four blocks share an SM.
+// 38 KB and at most 128 registers, so four blocks share an SM. Only the small tile splits K: the large one
+// is chosen when its tiles already fill the SMs.
 template <class T> using LargeTile = TileConfig<T, 128, 256, 64, 64, 4, 1>;
 template <class T> using SmallTile = TileConfig<T, 64, 64, 32, 32, 4, 4>;
+
+/// Most blocks of a split-K cluster (the portable cluster size).
+constexpr int kMaxSplitK = 8;
+
+// ---- split K over a thread-block cluster --------------------------------------------------------
+
+/// This block's rank in its cluster and the cluster's size: the blocks of a cluster share one tile of C and
+/// take consecutive ranges of K. Rank 0 of 1 before sm_90 and whenever the kernel is launched without a
+/// cluster.
+struct ClusterSlot {
+  int rank, size;
+};
+__device__ __forceinline__ ClusterSlot cluster_slot() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  return {static_cast<int>(cluster.block_rank()), static_cast<int>(cluster.num_blocks())};
+#else
+  return {0, 1};
+#endif
+}
+
+/// Every thread of every block of the cluster arrives before any continues; shared-memory writes before it
+/// are visible to every block of the cluster after it (release / acquire). Only called with slot.size > 1.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cooperative_groups::this_cluster().sync();
+#endif
+}
+
+/// The address of `p`'s counterpart in the shared memory of the cluster's block `rank` (distributed shared
+/// memory); `p` itself before sm_90, where every cluster is one block.
+template <class T>
+__device__ __forceinline__ const T* cluster_shared(const T* p, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return cooperative_groups::this_cluster().map_shared_rank(p, static_cast<unsigned>(rank));
+#else
+  (void)rank;
+  return p;
+#endif
+}
 
 // ---- cp.async -----------------------------------------------------------------------------------
 
@@ -255,10 +306,13 @@ __device__ __forceinline__ void store4(Out* __restrict__ row, int gn, int count,
 
 // ---- the kernel -----------------------------------------------------------------------------------
 
-/// C = op(A)·op(B) [+ bias] [relu] for one BM×BN tile per block; blockIdx.x walks the tiles (grouped 8 tile
+/// C = op(A)·op(B) [+ bias] [relu] for one BM×BN tile per block, or per cluster of blocks splitting K
+/// (kSplitK, launched with a cluster dimension along x); blockIdx.x walks the tiles (grouped 8 tile
 /// rows at a time so concurrently running blocks share panels of A and B in L2), blockIdx.y the batches.
 /// Overwrites C. kAlwaysVector: both operands known 16-byte aligned (the large tile); otherwise p.vec_a/b.
-template <class T, class Cfg, bool kTransA, bool kTransB, bool kAlwaysVector>
+/// kSplitK is a separate instantiation so that the unsplit kernels keep the registers and schedule they had
+/// (a cluster rank known only at run time cost the unsplit small tile ~20 registers of its 128).
+template <class T, class Cfg, bool kTransA, bool kTransB, bool kAlwaysVector, bool kSplitK>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(const GemmParams p) {
   using Frag = typename MmaTraits<T>::Frag;
   using LayoutA = std::conditional_t<kTransA, wmma::col_major, wmma::row_major>;
@@ -276,9 +330,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
   const int warp = tid / 32, lane = tid % 32;
   const int warp_m0 = warp / Cfg::kWarpsN * Cfg::WM, warp_n0 = warp % Cfg::kWarpsN * Cfg::WN;
 
+  // The blocks of a cluster (consecutive blockIdx.x) share one tile and take consecutive ranges of K.
+  const ClusterSlot slot = kSplitK ? cluster_slot() : ClusterSlot{0, 1};
   // Grouped tile order: 8 tile rows share each tile column before the next column starts.
   constexpr int kGroup = 8;
-  const int pid = static_cast<int>(blockIdx.x);
+  const int pid = static_cast<int>(blockIdx.x) / slot.size;
   const int per_group = kGroup * p.tiles_n;
   const int first_m = pid / per_group * kGroup;
   const int group_m = p.tiles_m - first_m < kGroup ? p.tiles_m - first_m : kGroup;
@@ -286,21 +342,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
   const int m0 = tile_m * BM, n0 = tile_n * BN;
 
   const bool vec_a = kAlwaysVector || p.vec_a, vec_b = kAlwaysVector || p.vec_b;
-  const int ktiles = (p.k + BK - 1) / BK;
+  // This block's tiles of K: [kt_begin, kt_begin + ktiles); a rank may have none when K is short.
+  const int ktiles_all = (p.k + BK - 1) / BK;
+  const int kt_begin = static_cast<int>(int64_t{ktiles_all} * slot.rank / slot.size);
+  const int ktiles = static_cast<int>(int64_t{ktiles_all} * (slot.rank + 1) / slot.size) - kt_begin;
+  // The operands are read from column k_first of K on, with k_left columns of K left (the bound of the edge
+  // predicates); unsplit, k_first is 0 and this is the whole product.
+  const int k_first = kt_begin * BK, k_left = p.k - k_first;
 
   for (int batch = static_cast<int>(blockIdx.y); batch < p.batches; batch += static_cast<int>(gridDim.y)) {
-    const T* const a = static_cast<const T*>(p.a) + batch * p.a_batch;
-    const T* const b = static_cast<const T*>(p.b) + batch * p.b_batch;
+    const T* const a = static_cast<const T*>(p.a) + batch * p.a_batch + (kTransA ? k_first * p.lda : k_first);
+    const T* const b = static_cast<const T*>(p.b) + batch * p.b_batch + (kTransB ? k_first : k_first * p.ldb);
 
-    // Stage s holds A then B; tile kt of K goes to stage kt % STAGES.
-    auto load_stage = [&](int kt, int s) {
+    // Stage s holds A then B; this block's i-th tile of K goes to stage i % STAGES.
+    auto load_stage = [&](int i, int s) {
       T* sa = smem + s * (kAElems + kBElems);
       T* sb = sa + kAElems;
-      const int k0 = kt * BK;
-      if constexpr (kTransA) load_tile<T, BK, BM, kThreads>(vec_a, sa, a, p.lda, k0, m0, p.k, p.m, tid);
-      else load_tile<T, BM, BK, kThreads>(vec_a, sa, a, p.lda, m0, k0, p.m, p.k, tid);
-      if constexpr (kTransB) load_tile<T, BN, BK, kThreads>(vec_b, sb, b, p.ldb, n0, k0, p.n, p.k, tid);
-      else load_tile<T, BK, BN, kThreads>(vec_b, sb, b, p.ldb, k0, n0, p.k, p.n, tid);
+      const int k0 = i * BK;
+      if constexpr (kTransA) load_tile<T, BK, BM, kThreads>(vec_a, sa, a, p.lda, k0, m0, k_left, p.m, tid);
+      else load_tile<T, BM, BK, kThreads>(vec_a, sa, a, p.lda, m0, k0, p.m, k_left, tid);
+      if constexpr (kTransB) load_tile<T, BN, BK, kThreads>(vec_b, sb, b, p.ldb, n0, k0, p.n, k_left, tid);
+      else load_tile<T, BK, BN, kThreads>(vec_b, sb, b, p.ldb, k0, n0, k_left, p.n, tid);
     };
 
     wmma::fragment<wmma::accumulator, 16, 16, kMmaK, float> acc[kFragM][kFragN];
@@ -359,7 +421,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
 
     // Epilogue: the pipeline's shared memory becomes one f32 WM × WN block per warp. Every accumulator
     // goes there first, so none of the 128 accumulator registers is live while the outputs are written
-    // (keeping them, ptxas spilled on sm_80).
+    // (keeping them, ptxas spilled on sm_80). A split-K cluster then waits for all its blocks' partial sums.
     cp_async_wait<0>();
     __syncthreads();
     float* const block = reinterpret_cast<float*>(smem_raw) + warp * Cfg::WM * Cfg::kEpiLd;
@@ -368,7 +430,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
 #pragma unroll
       for (int j = 0; j < kFragN; ++j)
         wmma::store_matrix_sync(block + i * 16 * Cfg::kEpiLd + j * 16, acc[i][j], Cfg::kEpiLd, wmma::mem_row_major);
-    __syncwarp();
+    if (slot.size > 1) cluster_sync();
+    else __syncwarp();
     constexpr int kLanesPerRow = Cfg::WN / 4, kRowsPerPass = 32 / kLanesPerRow;
     const int lane_row = lane / kLanesPerRow, lane_col = lane % kLanesPerRow * 4;
     const int gn = n0 + warp_n0 + lane_col;
@@ -380,32 +443,53 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
         if (j < count) bias[j] = load_float(p.bias, gn + j, p.bias_dtype);
     }
     const int rows_left = p.m - (m0 + warp_m0);  // rows of this warp's block inside C
-#pragma unroll 4
-    for (int r = lane_row; r < Cfg::WM; r += kRowsPerPass) {
-      if (r < rows_left && count > 0) {
-        const float4 s = *reinterpret_cast<const float4*>(block + r * Cfg::kEpiLd + lane_col);
-        float v[4] = {s.x + bias[0], s.y + bias[1], s.z + bias[2], s.w + bias[3]};
-        if (p.relu) {
+    // Row r of this warp's block, summed: + bias, relu, one rounding, stored.
+    auto finish_row = [&](int r, const float4 s) {
+      float v[4] = {s.x + bias[0], s.y + bias[1], s.z + bias[2], s.w + bias[3]};
+      if (p.relu) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) v[j] = v[j] > 0.0f ? v[j] : 0.0f;
-        }
-        const int64_t row = batch * p.c_batch + static_cast<int64_t>(m0 + warp_m0 + r) * p.ldc;
-        switch (p.out_dtype) {
-          case DType::kF16: store4(static_cast<__half*>(p.c) + row, gn, count, v); break;
-          case DType::kBF16: store4(static_cast<__nv_bfloat16*>(p.c) + row, gn, count, v); break;
-          default: store4(static_cast<float*>(p.c) + row, gn, count, v); break;
+        for (int j = 0; j < 4; ++j) v[j] = v[j] > 0.0f ? v[j] : 0.0f;
+      }
+      const int64_t row = batch * p.c_batch + static_cast<int64_t>(m0 + warp_m0 + r) * p.ldc;
+      switch (p.out_dtype) {
+        case DType::kF16: store4(static_cast<__half*>(p.c) + row, gn, count, v); break;
+        case DType::kBF16: store4(static_cast<__nv_bfloat16*>(p.c) + row, gn, count, v); break;
+        default: store4(static_cast<float*>(p.c) + row, gn, count, v); break;
+      }
+    };
+    if (slot.size == 1) {
+#pragma unroll 4
+      for (int r = lane_row; r < Cfg::WM; r += kRowsPerPass)
+        if (r < rows_left && count > 0)
+          finish_row(r, *reinterpret_cast<const float4*>(block + r * Cfg::kEpiLd + lane_col));
+    } else {
+      // Each block of the cluster finishes every size-th pass of rows, adding the partial sums of all the
+      // blocks' copies of this warp's block (the same warp of each block has the same sub-tile) in rank order.
+#pragma unroll 1
+      for (int r = lane_row + slot.rank * kRowsPerPass; r < Cfg::WM; r += kRowsPerPass * slot.size) {
+        if (r < rows_left && count > 0) {
+          const float* const at = block + r * Cfg::kEpiLd + lane_col;
+          float4 s = *reinterpret_cast<const float4*>(cluster_shared(at, 0));
+#pragma unroll 1
+          for (int q = 1; q < slot.size; ++q) {
+            const float4 t = *reinterpret_cast<const float4*>(cluster_shared(at, q));
+            s.x += t.x, s.y += t.y, s.z += t.z, s.w += t.w;
+          }
+          finish_row(r, s);
         }
       }
     }
-    if (batch + static_cast<int>(gridDim.y) < p.batches) __syncthreads();  // the epilogue blocks alias the next prologue
+    // The epilogue blocks alias the next prologue; a cluster's blocks also read each other's until here.
+    if (slot.size > 1) cluster_sync();
+    else if (batch + static_cast<int>(gridDim.y) < p.batches) __syncthreads();
   }
 }
 
 // ---- host side ------------------------------------------------------------------------------------
 
-template <class T, class Cfg, bool kTransA, bool kTransB, bool kAlwaysVector>
+template <class T, class Cfg, bool kTransA, bool kTransB, bool kAlwaysVector, bool kSplitK = false>
 struct Kernel {
-  static constexpr auto fn = gemm_kernel<T, Cfg, kTransA, kTransB, kAlwaysVector>;
+  static constexpr auto fn = gemm_kernel<T, Cfg, kTransA, kTransB, kAlwaysVector, kSplitK>;
   static constexpr int kSmem = Cfg::template smem_bytes<kTransA, kTransB>();
 
   static std::string name() {
@@ -414,6 +498,7 @@ struct Kernel {
     s += std::to_string(Cfg::BM) + "x" + std::to_string(Cfg::BN) + "x" + std::to_string(Cfg::BK) + " ";
     s += kTransA ? "T" : "N";
     s += kTransB ? "T" : "N";
+    if (kSplitK) s += " split-K";
     return s;
   }
 
@@ -429,13 +514,35 @@ struct Kernel {
     done.fetch_or(bit, std::memory_order_acq_rel);
   }
 
-  static void launch(const GemmParams& p, cudaStream_t stream) {
+  /// kSplitK: launched as clusters of `split` (2..8) blocks along x that share each tile (sm_90 and newer);
+  /// otherwise split is 1.
+  static void launch(const GemmParams& p, int split, cudaStream_t stream) {
+    MT_CHECK(kSplitK ? split >= 2 && split <= kMaxSplitK : split == 1, "gemm: ", name(), " launched with K split ",
+             split);
     prepare();
     const int64_t tiles = static_cast<int64_t>(p.tiles_m) * p.tiles_n;
-    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.batches < 65535 ? p.batches : 65535));
-    fn<<<grid, Cfg::kThreads, kSmem, stream>>>(p);
+    const dim3 grid(static_cast<unsigned>(tiles * split),
+                    static_cast<unsigned>(p.batches < 65535 ? p.batches : 65535));
+    if constexpr (!kSplitK) {
+      fn<<<grid, Cfg::kThreads, kSmem, stream>>>(p);
+    } else {
+      cudaLaunchAttribute cluster{};
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = static_cast<unsigned>(split);
+      cluster.val.clusterDim.y = 1;
+      cluster.val.clusterDim.z = 1;
+      cudaLaunchConfig_t config{};
+      config.gridDim = grid;
+      config.blockDim = dim3(Cfg::kThreads);
+      config.dynamicSmemBytes = kSmem;
+      config.stream = stream;
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+      MT_CUDA_CHECK(cudaLaunchKernelEx(&config, fn, p), "gemm_kernel ", name(), " as clusters of ", split,
+                    " blocks splitting K (m ", p.m, ", n ", p.n, ", k ", p.k, ", batches ", p.batches, ")");
+    }
     MT_CUDA_CHECK_LAUNCH("gemm_kernel ", name(), " (m ", p.m, ", n ", p.n, ", k ", p.k, ", batches ", p.batches,
-                         ")");
+                         ", K split ", split, ")");
   }
 
   static GemmKernelInfo info() {
@@ -446,19 +553,21 @@ struct Kernel {
   }
 };
 
-/// Runs one problem of operand type T with the large (16-byte aligned operands only) or the small tile.
+/// Runs one problem of operand type T with the large (16-byte aligned operands only) or the small tile, the
+/// small one as clusters of `split` blocks splitting K when split > 1 (1, 2, 4 or 8; sm_90 and newer).
 template <class T>
-void launch(GemmParams p, bool large, cudaStream_t stream) {
+void launch(GemmParams p, bool large, int split, cudaStream_t stream) {
   auto go = [&](auto ta, auto tb) {
     constexpr bool kTA = decltype(ta)::value, kTB = decltype(tb)::value;
     if (large) {
       p.tiles_m = (p.m + LargeTile<T>::BM - 1) / LargeTile<T>::BM;
       p.tiles_n = (p.n + LargeTile<T>::BN - 1) / LargeTile<T>::BN;
-      Kernel<T, LargeTile<T>, kTA, kTB, true>::launch(p, stream);
+      Kernel<T, LargeTile<T>, kTA, kTB, true>::launch(p, 1, stream);
     } else {
       p.tiles_m = (p.m + SmallTile<T>::BM - 1) / SmallTile<T>::BM;
       p.tiles_n = (p.n + SmallTile<T>::BN - 1) / SmallTile<T>::BN;
-      Kernel<T, SmallTile<T>, kTA, kTB, false>::launch(p, stream);
+      if (split > 1) Kernel<T, SmallTile<T>, kTA, kTB, false, true>::launch(p, split, stream);
+      else Kernel<T, SmallTile<T>, kTA, kTB, false>::launch(p, 1, stream);
     }
   };
   using F = std::false_type;
@@ -472,17 +581,21 @@ std::vector<GemmKernelInfo> kernel_infos() {
   return {Kernel<T, LargeTile<T>, false, false, true>::info(), Kernel<T, LargeTile<T>, false, true, true>::info(),
           Kernel<T, LargeTile<T>, true, false, true>::info(),   Kernel<T, LargeTile<T>, true, true, true>::info(),
           Kernel<T, SmallTile<T>, false, false, false>::info(), Kernel<T, SmallTile<T>, false, true, false>::info(),
-          Kernel<T, SmallTile<T>, true, false, false>::info(),  Kernel<T, SmallTile<T>, true, true, false>::info()};
+          Kernel<T, SmallTile<T>, true, false, false>::info(),  Kernel<T, SmallTile<T>, true, true, false>::info(),
+          Kernel<T, SmallTile<T>, false, false, false, true>::info(),
+          Kernel<T, SmallTile<T>, false, true, false, true>::info(),
+          Kernel<T, SmallTile<T>, true, false, false, true>::info(),
+          Kernel<T, SmallTile<T>, true, true, false, true>::info()};
 }
 
 // Instantiated once each, in cuda/gemm_f16.cu, cuda/gemm_bf16.cu and cuda/gemm_tf32.cu.
 #define MT_GEMM_INSTANTIATE(T)                                                     \
-  template void launch<T>(GemmParams p, bool large, cudaStream_t stream);          \
+  template void launch<T>(GemmParams p, bool large, int split, cudaStream_t stream); \
   template std::vector<GemmKernelInfo> kernel_infos<T>();
 
-extern template void launch<__half>(GemmParams, bool, cudaStream_t);
-extern template void launch<__nv_bfloat16>(GemmParams, bool, cudaStream_t);
-extern template void launch<float>(GemmParams, bool, cudaStream_t);
+extern template void launch<__half>(GemmParams, bool, int, cudaStream_t);
+extern template void launch<__nv_bfloat16>(GemmParams, bool, int, cudaStream_t);
+extern template void launch<float>(GemmParams, bool, int, cudaStream_t);
 extern template std::vector<GemmKernelInfo> kernel_infos<__half>();
 extern template std::vector<GemmKernelInfo> kernel_infos<__nv_bfloat16>();
 extern template std::vector<GemmKernelInfo> kernel_infos<float>();

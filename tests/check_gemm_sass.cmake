@@ -4,13 +4,17 @@
 # Compiles each GEMM instantiation file (cuda/gemm_f16.cu, gemm_bf16.cu, gemm_tf32.cu) for each
 # architecture with `nvcc -c --resource-usage --keep`, then fails when
 #   - ptxas reports a non-zero stack frame, spill stores or spill loads for any gemm_kernel, or fewer
-#     gemm_kernel entries than expected (8 per file: 2 tiles × 4 layouts);
+#     gemm_kernel entries than expected (12 per file: 4 layouts × the large tile, the small tile, the
+#     small tile splitting K over clusters);
 #   - with cuobjdump (on PATH or next to nvcc): the SASS of a gemm_kernel has no HMMA instruction, or
 #     touches local memory (LDL/STL);
 #   - without cuobjdump (this toolkit install lacks it): the PTX of a gemm_kernel has no wmma.mma.sync /
 #     mma.sync instruction, and a line says that PTX was checked instead of SASS;
 #   - always: the PTX of a gemm_kernel loads a fragment with a generic address (a wmma.load without
-#     `.shared`: what nvcc's bf16/tf32 load intrinsics emit, and cuda/gemm_kernel.cuh's load_fragment avoids).
+#     `.shared`: what nvcc's bf16/tf32 load intrinsics emit, and cuda/gemm_kernel.cuh's load_fragment avoids);
+#   - for sm_90 and newer: fewer than 4 gemm_kernels per file (the split-K ones) wait at a cluster barrier and
+#     map a cluster block's shared memory (barrier.cluster.wait, mapa): the split would otherwise silently
+#     compile to blocks that never see each other's partial sums.
 # A silent fall back to CUDA-core FMAs, or a spill in the inner loop, would otherwise only show up as a
 # slow benchmark on a GPU.
 #
@@ -30,7 +34,7 @@ endif()
 if(NOT DEFINED WORK_DIR)
   set(WORK_DIR "${CMAKE_CURRENT_BINARY_DIR}/check_gemm_sass")
 endif()
-set(_expected_kernels 8)
+set(_expected_kernels 12)
 string(ASCII 31 _sep)  # splits listings into sections without CMake list pitfalls
 
 string(REPLACE "," ";" _sources "${SOURCE}")
@@ -126,10 +130,14 @@ foreach(_arch IN LISTS _archs)
     if(NOT _ptx_files)
       message(FATAL_ERROR "check_gemm_sass: nvcc --keep left no .ptx in ${_dir}")
     endif()
+    set(_cluster_kernels 0)
     foreach(_ptx IN LISTS _ptx_files)
       file(READ "${_ptx}" _text)
       mixtape_gemm_sections("${_text}" ".entry " _sections _names)
       foreach(_section _fn IN ZIP_LISTS _sections _names)
+        if(_section MATCHES "barrier\\.cluster\\.wait" AND _section MATCHES "mapa\\.")
+          math(EXPR _cluster_kernels "${_cluster_kernels} + 1")
+        endif()
         if(_section MATCHES "wmma\\.load\\.[ab]\\.sync\\.aligned\\.(row|col)\\.m16n16k[0-9]+\\.[a-z0-9]+[ \t]")
           string(APPEND _failures "\n  ${_arch} ${_name}: a fragment load with a generic address (wmma.load "
                                   "without .shared) in the PTX of ${_fn}")
@@ -151,6 +159,11 @@ foreach(_arch IN LISTS _archs)
     endforeach()
     if(NOT CUOBJDUMP)
       set(_what "PTX wmma")
+    endif()
+    string(REGEX REPLACE "^sm_" "" _sm "${_arch}")
+    if(_sm GREATER_EQUAL 90 AND _cluster_kernels LESS 4)
+      string(APPEND _failures "\n  ${_arch} ${_name}: ${_cluster_kernels} gemm_kernels with a cluster barrier and "
+                              "distributed shared memory in the PTX, expected the 4 split-K ones")
     endif()
     if(NOT _entries EQUAL _expected_kernels)
       string(APPEND _failures "\n  ${_arch} ${_name}: found ${_entries} gemm_kernel functions in the ${_what} "

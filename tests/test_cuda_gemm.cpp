@@ -7,8 +7,8 @@
 // poisoned with NaN first and must come back finite) and the ldc padding between rows must still be
 // NaN (nothing outside C is touched). Shapes cover 1×1×1, primes, 4095³, tall-skinny, K = 0, the
 // MNIST layers (batch 128: 784→512→256→10, forward and both backward products), 4096³, every layout,
-// every epilogue, both tiles, batches with broadcast operands, and operands that cannot take 16-byte
-// copies (odd leading dims, odd K, a base pointer one element off).
+// every epilogue, both tiles, K split over clusters of 2, 4 and 8 blocks, batches with broadcast operands,
+// and operands that cannot take 16-byte copies (odd leading dims, odd K, a base pointer one element off).
 // Large problems compare a sample of rows (the edges of the tiles included) and check the rest finite.
 #include <algorithm>
 #include <cmath>
@@ -68,8 +68,7 @@ struct Case {
   std::string str() const {
     std::ostringstream os;
     os << "m " << m << " n " << n << " k " << k << " batches " << batches << " in " << in << " out " << out << " "
-       << (ta ? "T" : "N") << (tb ? "T" : "N") << " tile "
-       << (tile == GemmTile::kAuto ? "auto" : tile == GemmTile::kLarge ? "large" : "small");
+       << (ta ? "T" : "N") << (tb ? "T" : "N") << " tile " << kc::gemm_tile_name(tile);
     if (bias) os << " bias " << bias_dtype;
     if (relu) os << " relu";
     if (pad_a || pad_b || pad_c) os << " pad " << pad_a << "/" << pad_b << "/" << pad_c;
@@ -122,6 +121,12 @@ Operand make_operand(int64_t rows, int64_t cols, int64_t pad, int64_t off, int64
   return op;
 }
 
+/// The stream mixtape's own ops would use on the current device (what c.cpu() waits for).
+cudaStream_t current_stream() {
+  void* handle = mt::cuda::current_stream().handle();
+  return handle ? static_cast<cudaStream_t>(handle) : cudaStreamLegacy;
+}
+
 /// Rows the reference checks: all of them for small problems, else the tile edges and a random sample.
 std::vector<int64_t> rows_to_check(int64_t m, int64_t n, int64_t k, int64_t batches, std::mt19937& rng) {
   std::vector<int64_t> rows;
@@ -161,14 +166,12 @@ void run_case(const Case& cs, uint32_t seed = 1234) {
     Tensor c = mt::full({c_numel}, std::numeric_limits<double>::quiet_NaN(),
                         mt::TensorOptions(cs.out).device(mt::Device::cuda()));
 
-    void* handle = mt::cuda::current_stream().handle();
-    const cudaStream_t stream = handle ? static_cast<cudaStream_t>(handle) : cudaStreamLegacy;
     kc::GemmEpilogue epi;
     epi.bias = cs.bias ? bias_dev.data_ptr() : nullptr;
     epi.bias_dtype = cs.bias_dtype;
     epi.relu = cs.relu;
     kc::gemm_tensor_core(m, n, k, batches, cs.in, {a.ptr(), a.ld, cs.ta, a.batch_stride},
-                         {b.ptr(), b.ld, cs.tb, b.batch_stride}, c.data_ptr(), ldc, m * ldc, cs.out, epi, stream,
+                         {b.ptr(), b.ld, cs.tb, b.batch_stride}, c.data_ptr(), ldc, m * ldc, cs.out, epi, current_stream(),
                          cs.tile);
     const std::vector<double> got = c.cpu().to(mt::kF64).to_vector<double>();
 
@@ -346,6 +349,50 @@ BOOST_AUTO_TEST_CASE(operands_without_16_byte_rows, MT_GPU_TEST) {
       run_case({.m = 128, .n = 256, .k = 64, .in = in, .ta = ta, .tb = tb, .pad_b = 3, .off_b = 1}); // B off by one
       run_case({.m = 64, .n = 64, .k = 64, .in = in, .ta = ta, .tb = tb, .off_a = 1, .off_b = 2});
     }
+}
+
+// K split over thread-block clusters (sm_90 and newer; earlier devices run the forced splits as the small tile
+// unsplit, and these cases then check that). Ranges of K are uneven (k = 1000 is 32 steps of 32 for halves, 63
+// of 16 for TF32) or shorter than the cluster (k = 20: one step, the other ranks add zeros; k = 0: the bias).
+BOOST_AUTO_TEST_CASE(split_k_over_clusters, MT_GPU_TEST) {
+  if (mt::cuda::device_properties(0).major < 9)
+    BOOST_TEST_MESSAGE("cuda_gemm_gpu/split_k_over_clusters: device before sm_90, the split cases run unsplit");
+  for (GemmTile tile : {GemmTile::kSplitK2, GemmTile::kSplitK4, GemmTile::kSplitK8}) {
+    for (DType in : kInputs)
+      for (int l = 0; l < 4; ++l)
+        run_case({.m = 200, .n = 304, .k = 1000, .in = in, .ta = (l & 1) != 0, .tb = (l & 2) != 0, .tile = tile});
+    for (DType out : kOutputs)
+      for (bool relu : {false, true}) {
+        run_case({.m = 130, .n = 100, .k = 520, .in = mt::kBF16, .out = out, .tb = true, .bias = true,
+                  .bias_dtype = out, .relu = relu, .tile = tile});
+        run_case({.m = 70, .n = 90, .k = 20, .out = out, .bias = true, .relu = relu, .tile = tile});
+        run_case({.m = 33, .n = 65, .k = 0, .out = out, .bias = relu, .relu = relu, .tile = tile});
+      }
+    run_case({.m = 96, .n = 136, .k = 300, .ta = true, .batches = 3, .tile = tile, .broadcast_b = true});
+    run_case({.m = 100, .n = 90, .k = 777, .in = mt::kBF16, .tb = true, .tile = tile, .off_b = 1});  // no 16-byte rows
+    run_case({.m = 128, .n = 512, .k = 784, .in = mt::kF16, .out = mt::kF16, .tb = true, .bias = true, .relu = true,
+              .tile = tile});  // the MNIST forward
+  }
+}
+
+// The partial sums of a cluster are added in rank order: two runs give the same bits.
+BOOST_AUTO_TEST_CASE(split_k_is_deterministic, MT_GPU_TEST) {
+  std::mt19937 rng(99);
+  const int64_t m = 128, n = 512, k = 784;
+  const Operand a = make_operand(m, k, 0, 0, 1, false, mt::kF16, rng);
+  const Operand b = make_operand(n, k, 0, 0, 1, false, mt::kF16, rng);
+  for (GemmTile tile : {GemmTile::kAuto, GemmTile::kSplitK8, GemmTile::kSplitK4}) {
+    std::vector<float> runs[2];
+    for (auto& run : runs) {
+      Tensor c = mt::full({m, n}, std::numeric_limits<double>::quiet_NaN(),
+                          mt::TensorOptions(mt::kF32).device(mt::Device::cuda()));
+      kc::gemm_tensor_core(m, n, k, 1, mt::kF16, {a.ptr(), a.ld, false, 0}, {b.ptr(), b.ld, true, 0}, c.data_ptr(), n,
+                           0, mt::kF32, {}, current_stream(), tile);
+      run = c.cpu().to_vector<float>();
+    }
+    BOOST_TEST(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)) == 0,
+               "two runs of tile " << kc::gemm_tile_name(tile) << " differ");
+  }
 }
 
 // Large squares (sampled references): ctest runs them; the sanitizer runs skip them (MT_LARGE_TEST).
