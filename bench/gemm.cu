@@ -9,7 +9,9 @@
 // at least 20 ms of alternating warm-up, a run being a CUDA-event-timed burst of back-to-back launches
 // of about 0.5 ms (so launch gaps of tiny MNIST GEMMs count the way they do in training); the ratio is
 // the median of the pairs' ratios, the TFLOP/s (2mnk / time) each side's median. Prints the ratios the
-// issue set as targets, and the registers / shared memory of every WMMA instantiation.
+// issue set as targets, and the registers / shared memory of every WMMA instantiation. Where the automatic
+// choice splits K over thread-block clusters (sm_90, the MNIST shapes), it also times that against the same
+// small tile unsplit.
 //
 // Layouts: NN = A (m, k) · B (k, n); NT reads B stored (n, k) (Linear forward: x·Wᵀ); TN reads A stored
 // (k, m) (the weight gradient Xᵀ·dY). cuBLAS is column-major: row-major C = A·B is computed as
@@ -246,9 +248,11 @@ void cublas_gemm(cublasHandle_t h, const Shape3& s, DType dtype, const Tensor& a
   }
 }
 
-void wmma_gemm(const Shape3& s, DType dtype, const Tensor& a, const Tensor& b, Tensor& c) {
+void wmma_gemm(const Shape3& s, DType dtype, const Tensor& a, const Tensor& b, Tensor& c,
+               kc::GemmTile tile = kc::GemmTile::kAuto) {
   kc::gemm_tensor_core(s.m, s.n, s.k, 1, dtype, {a.data_ptr(), s.ta ? s.m : s.k, s.ta, 0},
-                       {b.data_ptr(), s.tb ? s.k : s.n, s.tb, 0}, c.data_ptr(), s.n, 0, dtype, {}, cudaStreamLegacy);
+                       {b.data_ptr(), s.tb ? s.k : s.n, s.tb, 0}, c.data_ptr(), s.n, 0, dtype, {}, cudaStreamLegacy,
+                       tile);
 }
 
 Tensor simt_gemm(const Shape3& s, const Tensor& a, const Tensor& b) {
@@ -307,13 +311,26 @@ Row run_shape(cublasHandle_t h, const Shape3& s) {
     row.cublas_f32 = tflops(t.theirs_ms);
     row.ratio_f32 = t.ratio;
   }
-  const auto tile = kc::gemm_tensor_core_tile(s.m, s.n, 1, DType::kF16,
-                                              {nullptr, s.ta ? s.m : s.k, s.ta, 0}, {nullptr, s.tb ? s.k : s.n, s.tb, 0});
+  const auto tile = kc::gemm_tensor_core_tile(s.m, s.n, s.k, 1, DType::kF16, {nullptr, s.ta ? s.m : s.k, s.ta, 0},
+                                              {nullptr, s.tb ? s.k : s.n, s.tb, 0});
+  // What splitting K over clusters gains where kAuto chose it: the same kernel unsplit (kSmall), same run.
+  double split_gain = 0.0;
+  if (tile != kc::GemmTile::kLarge && tile != kc::GemmTile::kSmall) {
+    Problem p = make_problem(s, DType::kF16, 31);
+    Tensor c_small = mt::empty({s.m, s.n}, mt::TensorOptions(DType::kF16).device(mt::Device::cuda()));
+    wmma_gemm(s, DType::kF16, p.a, p.b, p.c_ours);
+    wmma_gemm(s, DType::kF16, p.a, p.b, c_small, kc::GemmTile::kSmall);
+    check("wmma split-K vs unsplit", s, DType::kF16, rel_frobenius(p.c_ours, c_small), 2e-3);
+    split_gain = time_pair([&] { wmma_gemm(s, DType::kF16, p.a, p.b, p.c_ours); },
+                           [&] { wmma_gemm(s, DType::kF16, p.a, p.b, c_small, kc::GemmTile::kSmall); })
+                     .ratio;
+  }
   std::printf("%s  [%s tile]  wmma f16 %7.1f  cublas f16 %7.1f  (%.2fx) | wmma bf16 %7.1f  cublas bf16 %7.1f  (%.2fx) | "
               "simt f32 %6.2f  sgemm %6.2f  (%.2fx) | wmma f16 / simt f32 %.1fx\n",
-              row.label.c_str(), tile == kc::GemmTile::kLarge ? "large" : "small", row.wmma_f16, row.cublas_f16,
+              row.label.c_str(), kc::gemm_tile_name(tile), row.wmma_f16, row.cublas_f16,
               row.ratio_f16, row.wmma_bf16, row.cublas_bf16, row.ratio_bf16, row.simt_f32, row.cublas_f32,
               row.ratio_f32, row.wmma_f16 / row.simt_f32);
+  if (split_gain > 0.0) std::printf("%s  f16 split-K / the same small tile unsplit: %.2fx\n", row.label.c_str(), split_gain);
   std::fflush(stdout);
   return row;
 }
