@@ -58,11 +58,22 @@ bool choose_large(int64_t m, int64_t n, int64_t batches, DType in_dtype, const G
   return tiles >= ::mixtape::cuda::multiprocessor_count(current_device());
 }
 
-/// Blocks per split-K cluster for the small tile (1: no split). On sm_90 and newer, the most of 2, 4 and 8
-/// whose clusters still fit one block per SM and leave every block at least two tiles of K (a pipeline with
+/// Whether the split-K small tile for these operands runs as clusters of `split` blocks here (gemm::split_k_runs:
+/// sm_90 code on the device and room for a cluster).
+bool split_runs(DType in_dtype, bool trans_a, bool trans_b, int split) {
+  if (::mixtape::cuda::compute_capability_major(current_device()) < 9) return false;
+  switch (in_dtype) {
+    case DType::kF16: return gemm::split_k_runs<__half>(trans_a, trans_b, split);
+    case DType::kBF16: return gemm::split_k_runs<__nv_bfloat16>(trans_a, trans_b, split);
+    default: return gemm::split_k_runs<float>(trans_a, trans_b, split);
+  }
+}
+
+/// Blocks per split-K cluster for the small tile (1: no split). Where clusters run (split_runs), the most of 2, 4
+/// and 8 whose clusters still fit one block per SM and leave every block at least two tiles of K (a pipeline with
 /// something to overlap): 128 × 512 × 784 in f16 is 16 tiles of 25 K steps, split 8 ways into 128 blocks of
 /// 3-4 steps. A problem that already has a block for every SM is not split.
-int choose_split(int64_t m, int64_t n, int64_t k, int64_t batches, DType in_dtype) {
+int choose_split(int64_t m, int64_t n, int64_t k, int64_t batches, DType in_dtype, bool trans_a, bool trans_b) {
   const int device = current_device();
   if (::mixtape::cuda::compute_capability_major(device) < 9) return 1;
   constexpr int64_t kBM = 64, kBN = 64;  // gemm::SmallTile
@@ -74,7 +85,7 @@ int choose_split(int64_t m, int64_t n, int64_t k, int64_t batches, DType in_dtyp
   const int64_t sms = ::mixtape::cuda::multiprocessor_count(device);
   int split = 1;
   for (int s = 2; s <= gemm::kMaxSplitK; s *= 2)
-    if (tiles * s <= sms && ktiles >= 2 * s) split = s;
+    if (tiles * s <= sms && ktiles >= 2 * s && split_runs(in_dtype, trans_a, trans_b, s)) split = s;
   return split;
 }
 
@@ -115,7 +126,7 @@ const char* gemm_tile_name(GemmTile tile) noexcept {
 GemmTile gemm_tensor_core_tile(int64_t m, int64_t n, int64_t k, int64_t batches, DType in_dtype,
                                const GemmOperand& a, const GemmOperand& b) {
   if (choose_large(m, n, batches, in_dtype, a, b)) return GemmTile::kLarge;
-  switch (choose_split(m, n, k, batches, in_dtype)) {
+  switch (choose_split(m, n, k, batches, in_dtype, a.trans, b.trans)) {
     case 2: return GemmTile::kSplitK2;
     case 4: return GemmTile::kSplitK4;
     case 8: return GemmTile::kSplitK8;
@@ -161,8 +172,8 @@ void gemm_tensor_core(int64_t m, int64_t n, int64_t k, int64_t batches, DType in
                      (tile == GemmTile::kLarge || (tile == GemmTile::kAuto && choose_large(m, n, batches, in_dtype, a, b)));
   int split = 1;
   if (!large) {
-    if (tile == GemmTile::kAuto) split = choose_split(m, n, k, batches, in_dtype);
-    else if (forced_split(tile) > 1 && ::mixtape::cuda::compute_capability_major(current_device()) >= 9)
+    if (tile == GemmTile::kAuto) split = choose_split(m, n, k, batches, in_dtype, a.trans, b.trans);
+    else if (forced_split(tile) > 1 && split_runs(in_dtype, a.trans, b.trans, forced_split(tile)))
       split = forced_split(tile);
   }
   // Blocks along x: the small tile has the most tiles (64 × 64), times the blocks of a cluster.

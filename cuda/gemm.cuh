@@ -54,7 +54,7 @@ struct GemmEpilogue {
 /// over a thread-block cluster of 2, 4 or 8 blocks, whose partial sums meet in distributed shared memory and
 /// are added in rank order (deterministic; no workspace, one launch). The others force a choice, for tests
 /// and the benchmark: a forced kLarge on operands that are not 16-byte aligned runs the small tile, a forced
-/// split before sm_90 runs the small tile unsplit.
+/// split where clusters cannot run (before sm_90, a build without sm_90 code, no room) the small tile unsplit.
 enum class GemmTile : uint8_t { kAuto, kLarge, kSmall, kSplitK2, kSplitK4, kSplitK8 };
 
 /// "auto", "large", "small", "small, K split 2" …: for messages and the benchmark's report.

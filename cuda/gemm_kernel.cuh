@@ -340,6 +340,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
   const int group_m = p.tiles_m - first_m < kGroup ? p.tiles_m - first_m : kGroup;
   const int tile_m = first_m + pid % per_group % group_m, tile_n = pid % per_group / group_m;
   const int m0 = tile_m * BM, n0 = tile_n * BN;
+  // Only if a split grid ran without clusters (the host checks split_k_runs first): whole blocks past the tiles.
+  if (kSplitK && pid >= p.tiles_m * p.tiles_n) return;
 
   const bool vec_a = kAlwaysVector || p.vec_a, vec_b = kAlwaysVector || p.vec_b;
   // This block's tiles of K: [kt_begin, kt_begin + ktiles); a rank may have none when K is short.
@@ -465,16 +467,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
     } else {
       // Each block of the cluster finishes every size-th pass of rows, adding the partial sums of all the
       // blocks' copies of this warp's block (the same warp of each block has the same sub-tile) in rank order.
+      // All the partials are loaded before the first add, so that their latencies overlap.
 #pragma unroll 1
       for (int r = lane_row + slot.rank * kRowsPerPass; r < Cfg::WM; r += kRowsPerPass * slot.size) {
         if (r < rows_left && count > 0) {
           const float* const at = block + r * Cfg::kEpiLd + lane_col;
-          float4 s = *reinterpret_cast<const float4*>(cluster_shared(at, 0));
-#pragma unroll 1
-          for (int q = 1; q < slot.size; ++q) {
-            const float4 t = *reinterpret_cast<const float4*>(cluster_shared(at, q));
-            s.x += t.x, s.y += t.y, s.z += t.z, s.w += t.w;
-          }
+          float4 part[kMaxSplitK];
+#pragma unroll
+          for (int q = 0; q < kMaxSplitK; ++q)
+            if (q < slot.size) part[q] = *reinterpret_cast<const float4*>(cluster_shared(at, q));
+          float4 s = part[0];
+#pragma unroll
+          for (int q = 1; q < kMaxSplitK; ++q)
+            if (q < slot.size) s.x += part[q].x, s.y += part[q].y, s.z += part[q].z, s.w += part[q].w;
           finish_row(r, s);
         }
       }
@@ -527,22 +532,61 @@ struct Kernel {
       fn<<<grid, Cfg::kThreads, kSmem, stream>>>(p);
     } else {
       cudaLaunchAttribute cluster{};
-      cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = static_cast<unsigned>(split);
-      cluster.val.clusterDim.y = 1;
-      cluster.val.clusterDim.z = 1;
-      cudaLaunchConfig_t config{};
-      config.gridDim = grid;
-      config.blockDim = dim3(Cfg::kThreads);
-      config.dynamicSmemBytes = kSmem;
-      config.stream = stream;
-      config.attrs = &cluster;
-      config.numAttrs = 1;
+      const cudaLaunchConfig_t config = cluster_config(grid, split, stream, cluster);
       MT_CUDA_CHECK(cudaLaunchKernelEx(&config, fn, p), "gemm_kernel ", name(), " as clusters of ", split,
                     " blocks splitting K (m ", p.m, ", n ", p.n, ", k ", p.k, ", batches ", p.batches, ")");
     }
     MT_CUDA_CHECK_LAUNCH("gemm_kernel ", name(), " (m ", p.m, ", n ", p.n, ", k ", p.k, ", batches ", p.batches,
                          ", K split ", split, ")");
+  }
+
+  /// A launch of `grid` as clusters of `split` blocks along x; `cluster` holds the attribute it points to.
+  static cudaLaunchConfig_t cluster_config(dim3 grid, int split, cudaStream_t stream, cudaLaunchAttribute& cluster) {
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(split);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(Cfg::kThreads);
+    config.dynamicSmemBytes = kSmem;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    return config;
+  }
+
+  /// Whether clusters of `split` blocks of this split-K kernel run on the current device: its code there comes
+  /// from PTX for sm_90 or newer (a build for sm_80 alone, JIT-compiled on an H100, has no clusters and would run
+  /// the split grid as lone blocks), and at least one such cluster fits (MPS or green-context limits can forbid
+  /// it). Asked once per device (the first 16) and split; never throws for a "no".
+  static bool clusters_run(int split) {
+    static_assert(kSplitK, "only the split-K kernels run as clusters");
+    static std::atomic<uint64_t> asked{0}, runs{0};
+    int device = 0;
+    MT_CUDA_CHECK(cudaGetDevice(&device), "gemm: querying the current device");
+    const bool cacheable = device >= 0 && device < 16;
+    const uint64_t bit = uint64_t{1} << ((device & 15) * 4 + (split == 2 ? 1 : split == 4 ? 2 : 3));
+    if (cacheable && (asked.load(std::memory_order_acquire) & bit)) return runs.load(std::memory_order_acquire) & bit;
+    prepare();
+    cudaFuncAttributes attr{};
+    MT_CUDA_CHECK(cudaFuncGetAttributes(&attr, fn), "gemm: attributes of ", name());
+    bool ok = attr.ptxVersion >= 90;
+    if (ok) {
+      cudaLaunchAttribute cluster{};
+      const cudaLaunchConfig_t config = cluster_config(dim3(static_cast<unsigned>(split)), split, nullptr, cluster);
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, fn, &config) != cudaSuccess) {
+        (void)cudaGetLastError();
+        clusters = 0;
+      }
+      ok = clusters > 0;
+    }
+    if (cacheable) {
+      if (ok) runs.fetch_or(bit, std::memory_order_acq_rel);
+      asked.fetch_or(bit, std::memory_order_acq_rel);
+    }
+    return ok;
   }
 
   static GemmKernelInfo info() {
@@ -553,8 +597,20 @@ struct Kernel {
   }
 };
 
+/// Whether the split-K small tile of this layout runs as clusters of `split` blocks on the current device
+/// (Kernel::clusters_run).
+template <class T>
+bool split_k_runs(bool trans_a, bool trans_b, int split) {
+  if (trans_a) {
+    return trans_b ? Kernel<T, SmallTile<T>, true, true, false, true>::clusters_run(split)
+                   : Kernel<T, SmallTile<T>, true, false, false, true>::clusters_run(split);
+  }
+  return trans_b ? Kernel<T, SmallTile<T>, false, true, false, true>::clusters_run(split)
+                 : Kernel<T, SmallTile<T>, false, false, false, true>::clusters_run(split);
+}
+
 /// Runs one problem of operand type T with the large (16-byte aligned operands only) or the small tile, the
-/// small one as clusters of `split` blocks splitting K when split > 1 (1, 2, 4 or 8; sm_90 and newer).
+/// small one as clusters of `split` blocks splitting K when split > 1 (2, 4 or 8, where split_k_runs).
 template <class T>
 void launch(GemmParams p, bool large, int split, cudaStream_t stream) {
   auto go = [&](auto ta, auto tb) {
@@ -589,13 +645,17 @@ std::vector<GemmKernelInfo> kernel_infos() {
 }
 
 // Instantiated once each, in cuda/gemm_f16.cu, cuda/gemm_bf16.cu and cuda/gemm_tf32.cu.
-#define MT_GEMM_INSTANTIATE(T)                                                     \
+#define MT_GEMM_INSTANTIATE(T)                                                      \
   template void launch<T>(GemmParams p, bool large, int split, cudaStream_t stream); \
+  template bool split_k_runs<T>(bool trans_a, bool trans_b, int split);             \
   template std::vector<GemmKernelInfo> kernel_infos<T>();
 
 extern template void launch<__half>(GemmParams, bool, int, cudaStream_t);
 extern template void launch<__nv_bfloat16>(GemmParams, bool, int, cudaStream_t);
 extern template void launch<float>(GemmParams, bool, int, cudaStream_t);
+extern template bool split_k_runs<__half>(bool, bool, int);
+extern template bool split_k_runs<__nv_bfloat16>(bool, bool, int);
+extern template bool split_k_runs<float>(bool, bool, int);
 extern template std::vector<GemmKernelInfo> kernel_infos<__half>();
 extern template std::vector<GemmKernelInfo> kernel_infos<__nv_bfloat16>();
 extern template std::vector<GemmKernelInfo> kernel_infos<float>();

@@ -160,7 +160,7 @@ foreach(_arch IN LISTS _archs)
     if(NOT CUOBJDUMP)
       set(_what "PTX wmma")
     endif()
-    string(REGEX REPLACE "^sm_" "" _sm "${_arch}")
+    string(REGEX MATCH "[0-9]+" _sm "${_arch}")
     if(_sm GREATER_EQUAL 90 AND _cluster_kernels LESS 4)
       string(APPEND _failures "\n  ${_arch} ${_name}: ${_cluster_kernels} gemm_kernels with a cluster barrier and "
                               "distributed shared memory in the PTX, expected the 4 split-K ones")

@@ -355,7 +355,7 @@ BOOST_AUTO_TEST_CASE(operands_without_16_byte_rows, MT_GPU_TEST) {
 // unsplit, and these cases then check that). Ranges of K are uneven (k = 1000 is 32 steps of 32 for halves, 63
 // of 16 for TF32) or shorter than the cluster (k = 20: one step, the other ranks add zeros; k = 0: the bias).
 BOOST_AUTO_TEST_CASE(split_k_over_clusters, MT_GPU_TEST) {
-  if (mt::cuda::device_properties(0).major < 9)
+  if (mt::cuda::device_properties(mt::cuda::current_device()).major < 9)
     BOOST_TEST_MESSAGE("cuda_gemm_gpu/split_k_over_clusters: device before sm_90, the split cases run unsplit");
   for (GemmTile tile : {GemmTile::kSplitK2, GemmTile::kSplitK4, GemmTile::kSplitK8}) {
     for (DType in : kInputs)
@@ -369,14 +369,18 @@ BOOST_AUTO_TEST_CASE(split_k_over_clusters, MT_GPU_TEST) {
         run_case({.m = 33, .n = 65, .k = 0, .out = out, .bias = relu, .relu = relu, .tile = tile});
       }
     run_case({.m = 96, .n = 136, .k = 300, .ta = true, .batches = 3, .tile = tile, .broadcast_b = true});
-    run_case({.m = 100, .n = 90, .k = 777, .in = mt::kBF16, .tb = true, .tile = tile, .off_b = 1});  // no 16-byte rows
+    for (DType in : kInputs)  // no 16-byte rows: element loads from a K offset in every layout
+      for (int l = 0; l < 4; ++l)
+        run_case({.m = 100, .n = 90, .k = 777, .in = in, .ta = (l & 1) != 0, .tb = (l & 2) != 0, .tile = tile,
+                  .off_b = 1});
     run_case({.m = 128, .n = 512, .k = 784, .in = mt::kF16, .out = mt::kF16, .tb = true, .bias = true, .relu = true,
               .tile = tile});  // the MNIST forward
   }
 }
 
-// The partial sums of a cluster are added in rank order: two runs give the same bits.
-BOOST_AUTO_TEST_CASE(split_k_is_deterministic, MT_GPU_TEST) {
+// The partial sums of a cluster are added in rank order: two runs give the same bits. On sm_90 the MNIST forward
+// runs split (kAuto), and its sums differ in the last bits from the unsplit kernel's: the split did run.
+BOOST_AUTO_TEST_CASE(split_k_is_deterministic_and_runs, MT_GPU_TEST) {
   std::mt19937 rng(99);
   const int64_t m = 128, n = 512, k = 784;
   const Operand a = make_operand(m, k, 0, 0, 1, false, mt::kF16, rng);
@@ -393,6 +397,31 @@ BOOST_AUTO_TEST_CASE(split_k_is_deterministic, MT_GPU_TEST) {
     BOOST_TEST(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)) == 0,
                "two runs of tile " << kc::gemm_tile_name(tile) << " differ");
   }
+  const GemmTile chosen = kc::gemm_tensor_core_tile(m, n, k, 1, mt::kF16, {a.ptr(), a.ld, false, 0},
+                                                    {b.ptr(), b.ld, true, 0});
+  BOOST_TEST_MESSAGE("cuda_gemm_gpu: 128 x 512 x 784 runs the " << kc::gemm_tile_name(chosen) << " tile");
+  if (mt::cuda::device_properties(mt::cuda::current_device()).major >= 9) {
+    BOOST_TEST((chosen == GemmTile::kSplitK2 || chosen == GemmTile::kSplitK4 || chosen == GemmTile::kSplitK8),
+               "sm_90 should split K at the MNIST forward, ran " << kc::gemm_tile_name(chosen));
+    std::vector<float> outs[2];
+    const GemmTile tiles[2] = {GemmTile::kSplitK8, GemmTile::kSmall};
+    for (int i = 0; i < 2; ++i) {
+      Tensor c = mt::empty({m, n}, mt::TensorOptions(mt::kF32).device(mt::Device::cuda()));
+      kc::gemm_tensor_core(m, n, k, 1, mt::kF16, {a.ptr(), a.ld, false, 0}, {b.ptr(), b.ld, true, 0}, c.data_ptr(), n,
+                           0, mt::kF32, {}, current_stream(), tiles[i]);
+      outs[i] = c.cpu().to_vector<float>();
+    }
+    BOOST_TEST(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)) != 0,
+               "split 8 and unsplit gave the same bits: the split did not run");
+  }
+}
+
+// More batches than a grid's y dimension (65535): blocks loop over batches, the pipeline's shared memory is reused
+// (after a cluster barrier when split).
+BOOST_AUTO_TEST_CASE(more_batches_than_grid_rows, MT_GPU_TEST MT_LARGE_TEST) {
+  for (GemmTile tile : {GemmTile::kSmall, GemmTile::kSplitK2})
+    run_case({.m = 16, .n = 16, .k = 64, .out = mt::kF16, .batches = 65537, .tile = tile, .broadcast_a = true,
+              .broadcast_b = true});
 }
 
 // Large squares (sampled references): ctest runs them; the sanitizer runs skip them (MT_LARGE_TEST).
