@@ -183,6 +183,13 @@ __global__ void __launch_bounds__(kBlock) cross_entropy_fwd_kernel(const T* __re
       for (int i = t; i < C; i += kPerRow) stats_add<kSmooth>(st, widen<Acc>(xr[i]));
     }
     st = row_reduce<kPerRow, kBlock>(st, MergeRowStats<kSmooth>{});
+    // A row of −inf only: the CPU's Σ exp(x − m) and Σ (x − m) are over −inf − (−inf) = NaN; the sweep added
+    // nothing to s (so lse would come out −inf) and −inf to d. Per row, not per thread: a thread holding only
+    // −inf values of a row with a finite max must still add 0.
+    if (st.m == -std::numeric_limits<Acc>::infinity() && C > 0) {
+      st.s = std::numeric_limits<Acc>::quiet_NaN();
+      if constexpr (kSmooth) st.d = std::numeric_limits<Acc>::quiet_NaN();
+    }
     if (t == 0) write_row_loss(tg, st.m, st.s, st.d, k, loss, lse, row);
   }
 }
@@ -352,7 +359,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target_in, 
   const Tensor sums = empty({3}, stats);  // sum, count, mean
   CrossEntropyResult r{empty({rows}, stats), empty({rows}, stats), raw::select(sums, 0, 0), raw::select(sums, 0, 1),
                        raw::select(sums, 0, 2)};
-  MT_CHECK(C <= std::numeric_limits<int>::max(), op, ": rows of ", C, " classes are too long");
+  MT_CHECK(C <= kMaxRowLength, op, ": rows of ", C, " classes are too long");
   const Tensor x = raw::contiguous(logits), target = raw::contiguous(target_in);
   DeviceGuard guard(x.device());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
@@ -366,14 +373,14 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target_in, 
       const int64_t* tp = target.data<int64_t>();
       bool done = false;
       if constexpr (std::is_same_v<Acc, float>) {  // rows of f32, f16 and bf16 held in registers
-        done = vec && with_row_config<T>(C / kVec<T>, [&](auto cfg) {
+        done = vec && C > 0 && with_row_config<T>(C / kVec<T>, [&](auto cfg) {
           using Cfg = decltype(cfg);
           launch_rows<Cfg::per_row, Cfg::block>(
               cross_entropy_fwd_rows_kernel<T, kSmooth, Cfg::per_row, Cfg::block, Cfg::packs>, op, rows, C, 0, xp,
               tp, r.loss.data<Acc>(), r.lse.data<Acc>(), rows, static_cast<int>(C), ignore_index, k);
         });
       }
-      if (!done)  // f64, rows not a whole number of aligned packs, rows longer than 32768: one sweep a row
+      if (!done)  // f64, rows not a whole number of aligned packs, rows longer than 32768, C = 0: one sweep a row
         launch_rows_by_length<FwdRows<T, kSmooth>::template K>(op, rows, C, xp, tp, r.loss.data<Acc>(),
                                                                r.lse.data<Acc>(), rows, static_cast<int>(C),
                                                                ignore_index, k, vec);
@@ -397,7 +404,7 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& target_in, con
   Tensor dx = empty(logits.shape(), TensorOptions(logits.dtype()).device(logits.device()));
   if (dx.numel() == 0) return dx;
   const int64_t rows = logits.size(0), C = logits.size(1);
-  MT_CHECK(C <= std::numeric_limits<int>::max(), op, ": rows of ", C, " classes are too long");
+  MT_CHECK(C <= kMaxRowLength, op, ": rows of ", C, " classes are too long");
   const Tensor x = raw::contiguous(logits), target = raw::contiguous(target_in);
   const Tensor lse = raw::contiguous(lse_in), row_scale = raw::contiguous(row_scale_in);
   const int64_t scale_step = row_scale.numel() == 1 ? 0 : 1;

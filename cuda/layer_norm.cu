@@ -32,6 +32,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include <cuda_pipeline_primitives.h>
@@ -353,6 +356,7 @@ __global__ void __launch_bounds__(kBlock, (kColumns ? kColumnsMinBlocks<T, kPack
         // be a chain of dependent shared-memory round trips. Batches of 4, not the whole pack: 16-bit packs'
         // 16 slots at once cost registers (a block fewer an SM at rows of 4096).
         constexpr int kSlotBatch = V < 4 ? V : 4;
+        static_assert(V % kSlotBatch == 0, "a pack's elements split into whole batches of slots");
         P o;
 #pragma unroll
         for (int e0 = 0; e0 < V; e0 += kSlotBatch) {
@@ -573,18 +577,33 @@ __global__ void __launch_bounds__(kColumnThreads) layer_norm_bwd_fused_final_ker
 /// 128 KiB in f64. Beyond it the columns take a second pass over dy and x.
 constexpr int64_t kFusedMaxM = 8192;
 
-/// How many blocks of `kernel` fit on the device at once with `smem` bytes of dynamic shared memory each,
-/// raising the kernel's dynamic shared-memory limit first (above 48 KiB it must be asked for).
+/// How many blocks of `kernel` fit on the device at once with `smem` bytes of dynamic shared memory each. The
+/// kernel may then be launched with `smem` bytes: its dynamic shared-memory limit (above 48 KiB it must be asked
+/// for) is raised to the device's whole opt-in allowance, once per kernel and device, so that no later, smaller
+/// request lowers it under an earlier one. Both answers are kept: the attribute call and the occupancy query
+/// cost microseconds, and every backward of a layer asks.
 template <class Kernel>
 int64_t resident_blocks(Kernel kernel, int block, size_t smem, int device) {
-  MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                "layer_norm_backward: asking for ", smem, " bytes of shared memory");
+  using Key = std::tuple<const void*, int, size_t, int>;  // kernel, block, smem, device
+  static std::mutex mutex;
+  static std::map<Key, int64_t> known;  // Key → blocks; block 0, smem 0: the shared-memory limit was raised
+  const void* const fn = reinterpret_cast<const void*>(kernel);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = known.find(Key{fn, block, smem, device}); it != known.end()) return it->second;
+  if (!known.count(Key{fn, 0, 0, device})) {
+    const int allowance = ::mixtape::cuda::shared_memory_per_block_optin(device);
+    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, allowance),
+                  "layer_norm_backward: allowing ", allowance, " bytes of shared memory");
+    known.emplace(Key{fn, 0, 0, device}, 0);
+  }
   int per_sm = 0;
   MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem),
                 "layer_norm_backward: occupancy query");
   MT_CHECK(per_sm > 0, "layer_norm_backward: a block of ", block, " threads with ", smem,
            " bytes of shared memory does not fit a multiprocessor");
-  return static_cast<int64_t>(per_sm) * ::mixtape::cuda::multiprocessor_count(device);
+  const int64_t blocks = static_cast<int64_t>(per_sm) * ::mixtape::cuda::multiprocessor_count(device);
+  known.emplace(Key{fn, block, smem, device}, blocks);
+  return blocks;
 }
 
 /// How many of its packs a thread of a configuration's forward keeps in shared memory: the upper half where a
@@ -616,7 +635,7 @@ LayerNormResult layer_norm(const Tensor& x_in, int64_t normalized_numel, const T
   const char* op = "layer_norm_fwd_kernel";
   const Tensor x = raw::contiguous(x_in);
   const int64_t M = normalized_numel, rows = x.numel() / M;
-  MT_CHECK(M <= std::numeric_limits<int>::max(), "layer_norm: rows of ", M, " elements are too long");
+  MT_CHECK(M <= kMaxRowLength, "layer_norm: rows of ", M, " elements are too long");
   LayerNormResult r;
   r.y = empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
   dispatch_floating(x.dtype(), op, [&](auto tag) {
@@ -666,7 +685,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
   const Tensor dy = raw::contiguous(dy_in), x = raw::contiguous(x_in);
   const Tensor mean_t = raw::contiguous(mean_in), rstd_t = raw::contiguous(rstd_in);
   const int64_t rows = mean_t.numel(), M = rows == 0 ? 1 : x.numel() / rows;
-  MT_CHECK(M <= std::numeric_limits<int>::max(), "layer_norm_backward: rows of ", M, " elements are too long");
+  MT_CHECK(M <= kMaxRowLength, "layer_norm_backward: rows of ", M, " elements are too long");
   LayerNormGrads g;
   const Device device = x.device();
   g.dx = empty(x.shape(), TensorOptions(x.dtype()).device(device));
@@ -697,11 +716,14 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     const auto acc = TensorOptions(acc_dtype_v<Acc>).device(device);
     auto to_param = [&](const Tensor& sum) { return raw::to(sum, param_dtype); };  // one rounding to their dtype
 
-    // Rows of up to kFusedMaxM elements: the dx kernel sums the parameter columns in shared memory as well.
+    // Rows of up to kFusedMaxM elements: the dx kernel sums the parameter columns in shared memory as well, where
+    // the device gives a block that much (f64 rows ask up to 128 KiB; sm_86/sm_89 allow 99): else the two passes.
     if (want_params && M <= kFusedMaxM) {
-      // launch(kernel, rows_per_block, block, trailing args of the kernel after (rows, M)).
+      // fused(kernel, rows_per_block, block, trailing args of the kernel after (rows, M)): false, launching nothing,
+      // where the columns do not fit the device's shared memory.
       auto fused = [&](auto kernel, int rows_per_block, int block, auto... more) {
         const size_t smem = static_cast<size_t>(rows_per_block) * 2 * static_cast<size_t>(M) * sizeof(Acc);
+        if (!shared_memory_fits(smem)) return false;
         const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block,
                                                  resident_blocks(kernel, block, smem, device.index));
         const Tensor part = empty({blocks, 2, M}, acc);
@@ -717,33 +739,38 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
         MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_fused_final_kernel (", blocks, " blocks of ", M, " columns)");
         if (want_w) g.dweight = to_param(dw_sum);
         if (bias_defined) g.dbias = to_param(db_sum);
+        return true;
       };
+      bool ran = false;
       if constexpr (std::is_same_v<Acc, float>) {
         if (regs) {
           with_row_config<T>(M / kVec<T>, [&](auto cfg) {
             using Cfg = decltype(cfg);
             if constexpr (Cfg::block < 1024)  // rows of up to kFusedMaxM never take a 1024-thread block
-              fused(layer_norm_bwd_dx_kernel<T, Cfg::per_row, Cfg::block, Cfg::packs, false, true>,
-                    Cfg::block / Cfg::per_row, Cfg::block);
+              ran = fused(layer_norm_bwd_dx_kernel<T, Cfg::per_row, Cfg::block, Cfg::packs, false, true>,
+                          Cfg::block / Cfg::per_row, Cfg::block);
           });
-          return;
         }
       }
-      if (M <= 1024) fused(layer_norm_bwd_dx_strided_kernel<T, kWarp, 256>, 256 / kWarp, 256, vec);
-      else fused(layer_norm_bwd_dx_strided_kernel<T, 256, 256>, 1, 256, vec);
-      return;
+      if (!ran) {
+        if (M <= 1024) ran = fused(layer_norm_bwd_dx_strided_kernel<T, kWarp, 256>, 256 / kWarp, 256, vec);
+        else ran = fused(layer_norm_bwd_dx_strided_kernel<T, 256, 256>, 1, 256, vec);
+      }
+      if (ran) return;
     }
 
     Acc* const no_part = nullptr;
     bool done = false;
     if constexpr (std::is_same_v<Acc, float>) {
-      done = regs && with_row_config<T>(M / kVec<T>, [&](auto cfg) {
+      if (regs) with_row_config<T>(M / kVec<T>, [&](auto cfg) {
         using Cfg = decltype(cfg);
         constexpr bool kStash = kStashes<Cfg>;
         const size_t smem = kStash ? sizeof(Pack<T, kVec<T>>) * Cfg::packs * Cfg::block : 0;
+        if (!shared_memory_fits(smem)) return;  // x's stash of up to 128 KiB: the strided kernel below
         const auto kernel = layer_norm_bwd_dx_kernel<T, Cfg::per_row, Cfg::block, Cfg::packs, kStash, false>;
         launch_rows<Cfg::per_row, Cfg::block>(kernel, op, rows, M, smem, gp, xp, mp, rp, wp, dxp, no_part, rows,
                                               static_cast<int>(M));
+        done = true;
       });
     }
     if (!done) {

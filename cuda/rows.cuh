@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -90,6 +91,18 @@ bool with_row_config(int64_t n, F&& f) {
   else if (n <= 1024 * kMax) with_packs<1024, 1024, kMax / 2, kMax>(n, f);
   else return false;
   return true;
+}
+
+/// The longest row the row kernels take: their int element indices step up to 1024 past a row's end.
+constexpr int64_t kMaxRowLength = std::numeric_limits<int>::max() - 1024;
+
+/// Whether a block may have `smem` bytes of dynamic shared memory on the current device. The register kernels that
+/// keep part of a row there (up to 128 KiB) fall back to the strided ones where not (sm_86/sm_89 allow 99 KiB).
+inline bool shared_memory_fits(size_t smem) {
+  if (smem <= 48 * 1024) return true;
+  int device = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&device), "cuda: querying the current device");
+  return smem <= static_cast<size_t>(::mixtape::cuda::shared_memory_per_block_optin(device));
 }
 
 /// Launches `kernel` with kPerRow threads per row, blocks of kBlock threads and `smem` bytes of dynamic shared

@@ -410,6 +410,10 @@ int compute_capability_major(int device) {
   return cached_attribute<cudaDevAttrComputeCapabilityMajor>(device, "the compute capability");
 }
 
+int shared_memory_per_block_optin(int device) {
+  return cached_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device, "the shared memory a block may opt in to");
+}
+
 }  // namespace cuda
 
 DeviceBackend& cuda_backend() {

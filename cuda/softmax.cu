@@ -9,9 +9,10 @@
 // the outputs from registers: each input is read from DRAM once and each
 // output written once, with one exp per element. Every output element is
 // rounded once (STYLE.md §2; ops/cpu/nn.cpp is the reference). The backward
-// holds two inputs; where they would not fit 64 registers a thread (f32 rows
-// of more than 16384 elements), y waits in shared memory instead, copied there
-// by cp.async without passing through registers.
+// holds two inputs; where they would not fit 64 registers a thread (rows of
+// more than 8192 elements in f32, 16384 in f16/bf16: kStashes), y waits in
+// shared memory instead, copied there by cp.async without passing through
+// registers.
 //
 // Other rows — longer than 32768 elements, not a whole number of 16-byte packs,
 // buffers not aligned to 16 bytes, or f64 anywhere — take the strided kernels:
@@ -98,6 +99,9 @@ __device__ __forceinline__ void online_add_pack(MaxSum<Acc>& a, const Pack<T, V>
 
 /// Merges two threads' statistics: the share with the smaller max is rescaled to the larger (one exp; the other
 /// share's factor would be exp(0) = 1); an empty share (m = −inf, s = 0) contributes nothing.
+/// Relies on what online_add / online_add_pack keep true of every share: m is never NaN (a NaN goes into s),
+/// m = −inf means s is 0 or NaN, m = +inf means s is NaN. A share outside those rules (m = −inf with s = 1, or
+/// m = +inf with a finite s) would lose the NaN that the two-exp merge gives it.
 struct MergeMaxSum {
   template <class Acc>
   __device__ __forceinline__ MaxSum<Acc> operator()(const MaxSum<Acc>& a, const MaxSum<Acc>& b) const {
@@ -460,7 +464,7 @@ Tensor softmax(const Tensor& x_in, int64_t dim, bool log, DType out_dtype) {
     const Tensor yt = softmax(raw::contiguous(raw::permute(x_in, perm)), x_in.dim() - 1, log, out_dtype);
     return raw::contiguous(raw::permute(yt, inverse));
   }
-  MT_CHECK(L.C <= std::numeric_limits<int>::max(), op, ": rows of ", L.C, " elements are too long");
+  MT_CHECK(L.C <= kMaxRowLength, op, ": rows of ", L.C, " elements are too long");
   const Tensor x = raw::contiguous(x_in);
   DeviceGuard guard(x.device());
   dispatch_floating(x.dtype(), op, [&](auto tx) {
@@ -503,7 +507,7 @@ Tensor softmax_backward(const Tensor& dy_in, const Tensor& y_in, int64_t dim, bo
                                         raw::contiguous(raw::permute(y_in, perm)), dy_in.dim() - 1, log);
     return raw::contiguous(raw::permute(dxt, inverse));
   }
-  MT_CHECK(L.C <= std::numeric_limits<int>::max(), op, ": rows of ", L.C, " elements are too long");
+  MT_CHECK(L.C <= kMaxRowLength, op, ": rows of ", L.C, " elements are too long");
   const Tensor dy = raw::contiguous(dy_in), y = raw::contiguous(y_in);
   DeviceGuard guard(dy.device());
   dispatch_floating(dy.dtype(), op, [&](auto tag) {
@@ -516,12 +520,14 @@ Tensor softmax_backward(const Tensor& dy_in, const Tensor& y_in, int64_t dim, bo
       const bool vec = L.C % kVec<T> == 0 && aligned(gp, 16) && aligned(yp, 16) && aligned(dxp, 16);
       bool done = false;
       if constexpr (std::is_same_v<acc_t<T>, float>) {
-        done = vec && with_row_config<T>(L.C / kVec<T>, [&](auto cfg) {
+        if (vec) with_row_config<T>(L.C / kVec<T>, [&](auto cfg) {
           using Cfg = decltype(cfg);
           constexpr bool kStash = kStashes<Cfg>;
           const size_t smem = kStash ? sizeof(Pack<T, kVec<T>>) * Cfg::packs * Cfg::block : 0;
+          if (!shared_memory_fits(smem)) return;  // y's stash of up to 128 KiB: the strided kernel below
           launch_rows<Cfg::per_row, Cfg::block>(softmax_bwd_kernel<T, Cfg::per_row, Cfg::block, Cfg::packs, kStash>,
                                                 op, L.outer, L.C, smem, gp, yp, dxp, L.outer, C, log);
+          done = true;
         });
       }
       if (!done) launch_rows_by_length<BwdRows<T>::template K>(op, L.outer, L.C, gp, yp, dxp, L.outer, C, log, vec);

@@ -85,6 +85,15 @@ Tensor randn_as(const Shape& shape, DType dtype, double offset = 0.0) {
 
 Tensor gpu(const Tensor& t) { return t.to(Device::cuda()); }
 
+/// t on the device as a contiguous view one element into its storage, so that its data pointer is not 16-byte
+/// aligned (gpu() gives a fresh, aligned allocation): the kernels' element-load paths.
+Tensor gpu_misaligned(const Tensor& t) {
+  const Tensor flat = mt::zeros({t.numel() + 1}, mt::TensorOptions(t.dtype()).device(Device::cuda()));
+  Tensor view = flat.narrow(0, 1, t.numel()).reshape(t.shape());
+  view.copy_(gpu(t));
+  return view;
+}
+
 /// Forward and backward of softmax/log_softmax of x along dim: the CUDA kernels against the CPU's.
 void check_softmax(const Tensor& x, int64_t dim, bool log, DType out_dtype, const std::string& what) {
   std::ostringstream os;
@@ -103,16 +112,20 @@ void check_softmax(const Tensor& x, int64_t dim, bool log, DType out_dtype, cons
   expect_close(dx_gpu, dx_cpu, mt::test::tolerance(out_dtype), order_allowance(C), config + ", backward");
 }
 
-/// Five f32 rows of C with special values: a NaN (row 0), −inf at every even column (row 1), all −inf (row 2), a
-/// plain row with one 5 (row 3), a +inf (row 4).
+/// Six f32 rows of C with special values: NaNs (row 0: at column 3 and at column 0, the first element of a thread's
+/// first pack), −inf at every even column (row 1), all −inf (row 2), a plain row with one 5 (row 3), a +inf (row 4),
+/// and −inf everywhere but a 5 at the end (row 5: one thread holds the max, the others only −inf).
 Tensor special_rows(int64_t C) {
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
-  Tensor x = mt::zeros({5, C});
-  x.set({0, 3}, nan);
+  Tensor x = mt::zeros({6, C});
+  x.set({0, 3 % C}, nan);
+  x.set({0, 0}, nan);
   for (int64_t c = 0; c < C; c += 2) x.set({1, c}, -inf);
   for (int64_t c = 0; c < C; ++c) x.set({2, c}, -inf);
   x.set({3, C - 1}, 5.0);
   x.set({4, C / 2}, inf);
+  for (int64_t c = 0; c + 1 < C; ++c) x.set({5, c}, -inf);
+  x.set({5, C - 1}, 5.0);
   return x;
 }
 
@@ -125,8 +138,9 @@ BOOST_AUTO_TEST_SUITE(cuda_nn)
 /// Row lengths for the row kernels. Multiples of 8 elements take the register kernels up to 32768: a warp a row
 /// up to 1024 (8, 40: one 16-byte pack a lane; 200, 400, 1000: 1, 2 or 4 packs for f32/f16/bf16, 1000 with lanes
 /// past the row's end), a 256-thread block up to 8192 (1032, 4096, 6000, 8192), a 1024-thread block up to 32768
-/// (8200; 20000 and 32768, where the f32 backward keeps y or x in shared memory); 32776 is vectorised but too long,
-/// and the odd lengths (7, 1023, 1025, 8193, 32769, 65537) take the strided kernels on either side of each boundary.
+/// (8200, 20000 and 32768; the backward keeps y or x in shared memory from 8196 in f32, 16392 in 16-bit); 32776 is
+/// vectorised but too long, and the odd lengths (7, 1023, 1025, 8193, 32769, 65537) take the strided kernels on
+/// either side of each boundary.
 constexpr int64_t kRowLengths[] = {1,    7,    8,    32,   40,   200,   400,   1000,  1023,  1024,  1025,
                                    1032, 4096, 6000, 8192, 8193, 8200, 20000, 32768, 32769, 32776, 65537};
 
@@ -195,29 +209,49 @@ BOOST_AUTO_TEST_CASE(softmax_non_contiguous, MT_GPU_TEST) {
 }
 
 // NaN rows stay NaN, −inf entries get probability 0, an all −inf row is NaN, a +inf makes its row NaN — like the
-// CPU — in the warp, 256-thread and 1024-thread register kernels and a strided one (40, 1000, 8200, 20000, 40000).
+// CPU — in the warp, 256-thread and 1024-thread register kernels (40, 1000, 8200, 20000), the strided kernels
+// with 16-byte packs (40000) and element loads (1023, 40001), f64 (always strided), f16 into f32, and the column
+// kernel (dim 0).
 BOOST_AUTO_TEST_CASE(softmax_special_values, MT_GPU_TEST) {
-  for (int64_t C : {40, 1000, 8200, 20000, 40000}) {
+  for (int64_t C : {40, 1000, 1023, 8200, 20000, 40000, 40001}) {
     const Tensor x = special_rows(C);
-    for (DType dt : kFloatDTypes)
+    for (DType dt : {mt::kF64, mt::kF32, mt::kF16, mt::kBF16})
       for (bool log : {false, true}) check_softmax(x.to(dt), -1, log, dt, "special values");
+    for (bool log : {false, true}) check_softmax(x.to(mt::kF16), -1, log, mt::kF32, "special values, f32 output");
   }
+  for (DType dt : kFloatDTypes)
+    for (bool log : {false, true}) check_softmax(special_rows(40).to(dt).t(), 0, log, dt, "special values, dim 0");
+}
+
+// f64 rows (the strided kernels, not unrolled) at lengths inside and across each block-size boundary.
+BOOST_AUTO_TEST_CASE(softmax_f64_rows, MT_GPU_TEST) {
+  mt::manual_seed(12);
+  for (int64_t C : {7, 1024, 1025, 8193, 40000})
+    for (bool log : {false, true}) check_softmax(randn_as({C > 8192 ? 3 : 33, C}, mt::kF64), -1, log, mt::kF64, "f64");
 }
 
 // ---- layer norm -------------------------------------------------------------------------
 
 namespace {
 
-void check_layer_norm(const Tensor& x, int64_t M, const Tensor& w, const Tensor& b, const std::string& what) {
+/// Which device buffers of a layer_norm check start one element past 16 bytes (gpu_misaligned).
+enum class Misalign { kNone, kData, kWeight };
+
+void check_layer_norm(const Tensor& x, int64_t M, const Tensor& w, const Tensor& b, const std::string& what,
+                      Misalign misalign = Misalign::kNone) {
   std::ostringstream os;
   os << "layer_norm of " << describe(x) << " over " << M << " elements, weight "
      << (w.defined() ? describe(w) : "none") << ", bias " << (b.defined() ? describe(b) : "none") << " (" << what
      << ")";
   const std::string config = os.str();
   const DType stats = x.dtype() == mt::kF64 ? mt::kF64 : mt::kF32;
-  const Tensor wg = w.defined() ? gpu(w) : Tensor(), bg = b.defined() ? gpu(b) : Tensor();
+  auto data = [&](const Tensor& t) { return misalign == Misalign::kData ? gpu_misaligned(t) : gpu(t); };
+  auto param = [&](const Tensor& t) {
+    return !t.defined() ? Tensor() : misalign == Misalign::kWeight ? gpu_misaligned(t) : gpu(t);
+  };
+  const Tensor wg = param(w), bg = param(b);
   const auto r_cpu = kernels::layer_norm(x, M, w, b, 1e-5);
-  const auto r_gpu = kernels::layer_norm(gpu(x), M, wg, bg, 1e-5);
+  const auto r_gpu = kernels::layer_norm(data(x), M, wg, bg, 1e-5);
   expect_close(r_gpu.y, r_cpu.y, mt::test::tolerance(x.dtype()), order_allowance(M), config + ": y");
   expect_close(r_gpu.mean, r_cpu.mean, mt::test::tolerance(stats), order_allowance(M), config + ": mean");
   expect_close(r_gpu.rstd, r_cpu.rstd, mt::test::tolerance(stats), order_allowance(M), config + ": rstd");
@@ -227,7 +261,7 @@ void check_layer_norm(const Tensor& x, int64_t M, const Tensor& w, const Tensor&
   const int64_t rows = r_cpu.mean.numel();
   const auto g_cpu = kernels::layer_norm_backward(dy, x, r_cpu.mean, r_cpu.rstd, w, b.defined());
   const auto g_gpu =
-      kernels::layer_norm_backward(gpu(dy), gpu(x), gpu(r_cpu.mean), gpu(r_cpu.rstd), wg, b.defined());
+      kernels::layer_norm_backward(data(dy), data(x), gpu(r_cpu.mean), gpu(r_cpu.rstd), wg, b.defined());
   expect_close(g_gpu.dx, g_cpu.dx, mt::test::tolerance(x.dtype()), order_allowance(M), config + ": dx");
   BOOST_CHECK_EQUAL(g_gpu.dweight.defined(), w.defined());
   BOOST_CHECK_EQUAL(g_gpu.dbias.defined(), b.defined());
@@ -275,6 +309,42 @@ BOOST_AUTO_TEST_CASE(layer_norm_shapes_and_params, MT_GPU_TEST) {
   // Rows longer than 8192 sum dweight/dbias in a second pass, 64 rows a chunk: several chunks, 16-byte packs.
   check_layer_norm(randn_as({200, 8200}, mt::kF16), 8200, randn_as({8200}, mt::kF16), randn_as({8200}, mt::kF16),
                    "several chunks of the parameter pass");
+  for (DType dt : {mt::kF32, mt::kBF16})  // element loads (8193) and 16-byte packs (20000), the last chunk partial
+    for (int64_t M : {8193, 20000})
+      check_layer_norm(randn_as({200, M}, dt), M, randn_as({M}, dt), randn_as({M}, dt), "chunks of the parameter pass");
+}
+
+// Row owners (a warp or a block of the fused backward) that add several rows into their dweight/dbias slots:
+// more rows than the resident row owners, in every dtype and register tier of the fused kernel.
+BOOST_AUTO_TEST_CASE(layer_norm_fused_columns_over_many_rows, MT_GPU_TEST) {
+  mt::manual_seed(9);
+  const std::pair<int64_t, int64_t> shapes[] = {{3000, 200}, {3000, 1000}, {4000, 1032}, {4000, 4096}, {2000, 8192}};
+  for (DType dt : kFloatDTypes)
+    for (auto [rows, M] : shapes)
+      check_layer_norm(randn_as({rows, M}, dt), M, randn_as({M}, dt), randn_as({M}, dt), "many rows an owner");
+}
+
+// f64 through every path: warp and block rows, fused columns (<= 8192) and the parameter pass, odd lengths.
+BOOST_AUTO_TEST_CASE(layer_norm_f64, MT_GPU_TEST) {
+  mt::manual_seed(10);
+  for (int64_t M : {7, 1000, 1500, 8193, 20000}) {
+    const int64_t rows = M > 8192 ? 70 : 300;
+    const Tensor x = randn_as({rows, M}, mt::kF64), w = randn_as({M}, mt::kF64), b = randn_as({M}, mt::kF64);
+    check_layer_norm(x, M, w, b, "f64, weight and bias");
+    check_layer_norm(x, M, Tensor(), b, "f64, bias only");
+  }
+}
+
+// Data or parameters one element past 16 bytes: the element-load kernels, which a fresh allocation never takes.
+BOOST_AUTO_TEST_CASE(layer_norm_misaligned_buffers, MT_GPU_TEST) {
+  mt::manual_seed(11);
+  for (DType dt : kFloatDTypes)
+    for (int64_t M : {1024, 4096, 8200})
+      check_layer_norm(randn_as({40, M}, dt), M, randn_as({M}, dt), randn_as({M}, dt), "misaligned data",
+                       Misalign::kData);
+  for (int64_t M : {1024, 8200})  // an f32 weight is used in place: the fused path falls back to the strided kernel
+    check_layer_norm(randn_as({300, M}, mt::kF32), M, randn_as({M}, mt::kF32), randn_as({M}, mt::kF32),
+                     "misaligned f32 weight and bias", Misalign::kWeight);
 }
 
 // f16 rows near +1000: the mean is summed relative to the first element, so nothing cancels.
@@ -372,7 +442,8 @@ void expect_finite(const Tensor& t, const std::string& config, const std::vector
 
 /// The CUDA fused cross-entropy kernels against the CPU's on x (rows, C): targets random, every 7th row
 /// ignored; the backward gets the CPU's lse (its contract) and a random per-row scale, then one scale for all rows.
-void check_cross_entropy(const Tensor& x, double eps, const std::string& what) {
+/// x_gpu: the logits on the device when they must be a particular view of x's values (default: a copy of x).
+void check_cross_entropy(const Tensor& x, double eps, const std::string& what, const Tensor& x_gpu = Tensor()) {
   const int64_t rows = x.size(0), C = x.size(1);
   const DType dt = x.dtype(), A = acc_of(dt);
   Tensor target = mt::randint(0, C, {rows});
@@ -382,7 +453,8 @@ void check_cross_entropy(const Tensor& x, double eps, const std::string& what) {
   const std::string config = os.str();
 
   const kernels::CrossEntropyResult cpu = kernels::cross_entropy(x, target, -100, eps);
-  const kernels::CrossEntropyResult g = kernels::cross_entropy(gpu(x), gpu(target), -100, eps);
+  const Tensor xg = x_gpu.defined() ? x_gpu : gpu(x);
+  const kernels::CrossEntropyResult g = kernels::cross_entropy(xg, gpu(target), -100, eps);
   BOOST_REQUIRE(g.loss.is_cuda() && g.lse.is_cuda());
   // Losses and lse are in A, made of sums over C terms in different orders.
   expect_close(g.loss, cpu.loss, mt::test::tolerance(A), order_allowance(C), config + ", loss");
@@ -396,17 +468,17 @@ void check_cross_entropy(const Tensor& x, double eps, const std::string& what) {
 
   const Tensor w = randn_as({rows}, A);
   const Tensor dx_cpu = kernels::cross_entropy_backward(x, target, cpu.lse, w, -100, eps);
-  const Tensor dx_gpu = kernels::cross_entropy_backward(gpu(x), gpu(target), gpu(cpu.lse), gpu(w), -100, eps);
+  const Tensor dx_gpu = kernels::cross_entropy_backward(xg, gpu(target), gpu(cpu.lse), gpu(w), -100, eps);
   // Elementwise from the same lse: the two backends differ by their exp's last-ulp error before the one rounding.
   expect_close(dx_gpu, dx_cpu, mt::test::tolerance(dt), 0.0, config + ", dx");
   expect_finite(dx_gpu, config + ", dx");
   const Tensor one = randn_as({1}, A);
-  expect_close(kernels::cross_entropy_backward(gpu(x), gpu(target), gpu(cpu.lse), gpu(one), -100, eps),
+  expect_close(kernels::cross_entropy_backward(xg, gpu(target), gpu(cpu.lse), gpu(one), -100, eps),
                kernels::cross_entropy_backward(x, target, cpu.lse, one, -100, eps), mt::test::tolerance(dt), 0.0,
                config + ", dx with one scale for every row");
   // The mean's backward: a scale in the logits' dtype, divided by the count in the kernel.
   const Tensor scale = randn_as({1}, dt), count = mt::scalar_tensor(7.0, A);
-  expect_close(kernels::cross_entropy_backward(gpu(x), gpu(target), gpu(cpu.lse), gpu(scale), -100, eps, gpu(count)),
+  expect_close(kernels::cross_entropy_backward(xg, gpu(target), gpu(cpu.lse), gpu(scale), -100, eps, gpu(count)),
                kernels::cross_entropy_backward(x, target, cpu.lse, scale, -100, eps, count),
                mt::test::tolerance(dt), 0.0, config + ", dx with a divisor");
 }
@@ -414,11 +486,13 @@ void check_cross_entropy(const Tensor& x, double eps, const std::string& what) {
 }  // namespace
 
 // Row lengths across the warp-per-row (<= 1024), 256-thread and 512-thread block kernels, with and without
-// 16-byte vectors (13, 1023 and 65537 elements are not a multiple of 16 bytes; 1024, 4096, 32768 are).
+// 16-byte vectors (13, 1023 and 65537 elements are not a multiple of 16 bytes; 1024, 4096, 32768 are), and rows
+// that leave the register kernels' last packs empty in each tier (1032, 2000, 6000, 8200, 20000).
 BOOST_AUTO_TEST_CASE(cross_entropy_kernels_match_cpu, MT_GPU_TEST) {
   mt::manual_seed(21);
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},  {7, 13},    {64, 1023}, {37, 1024},
-                                                           {9, 4096}, {5, 32768}, {3, 65537}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 1},   {7, 13},  {64, 1023}, {37, 1024}, {6, 1032}, {5, 2000},  {9, 4096},
+      {4, 6000}, {3, 8200}, {2, 20000}, {5, 32768}, {3, 65537}};
   for (DType dt : {mt::kF64, mt::kF32, mt::kF16, mt::kBF16})
     for (double eps : {0.0, 0.1})
       for (auto [rows, C] : shapes) check_cross_entropy(randn_as({rows, C}, dt), eps, "randn");
@@ -426,17 +500,45 @@ BOOST_AUTO_TEST_CASE(cross_entropy_kernels_match_cpu, MT_GPU_TEST) {
     check_cross_entropy(randn_as({16384, 1024}, dt), 0.1, "the benchmark's shape");
     check_cross_entropy(randn_as({33, 300}, dt, 1000.0), 0.1, "offset +1000");
     check_cross_entropy(randn_as({9, 40}, dt).t(), 0.0, "transposed");
+    // Rows that start one element past 16 bytes (a narrowed view): the one-sweep kernel's element loads.
+    const Tensor flat = randn_as({4 * 1024 + 1}, dt);
+    check_cross_entropy(flat.narrow(0, 1, 4 * 1024).reshape({4, 1024}), 0.1, "base pointer off 16 bytes",
+                        gpu(flat).narrow(0, 1, 4 * 1024).reshape({4, 1024}));
   }
 }
 
-// Loss and lse of special rows against the CPU's two passes: a NaN logit, −inf logits (one of them the target),
-// an all −inf row, a +inf logit, and a plain row — in the warp, 256- and 1024-thread register kernels and the
-// one-sweep kernels (40, 1000, 8200, 20000 in registers for every dtype; 40000 and an odd 1001 one sweep).
+// Every target ignored: losses 0, sum 0, count 0, the mean 0/0 = NaN, as on the CPU (and PyTorch); dx is 0,
+// also through the mean's divisor (the count, 0).
+BOOST_AUTO_TEST_CASE(cross_entropy_all_targets_ignored, MT_GPU_TEST) {
+  mt::manual_seed(23);
+  for (DType dt : kFloatDTypes)
+    for (int64_t C : {8, 1024, 40000}) {
+      std::ostringstream os;
+      os << "cross_entropy with every target ignored, " << dt << " C " << C;
+      const Tensor x = randn_as({4, C}, dt);
+      const Tensor target = mt::tensor<int64_t>({-100, -100, -100, -100});
+      const kernels::CrossEntropyResult cpu = kernels::cross_entropy(x, target, -100, 0.1);
+      const kernels::CrossEntropyResult g = kernels::cross_entropy(gpu(x), gpu(target), -100, 0.1);
+      expect_close(g.loss, cpu.loss, {0, 0}, 0.0, os.str() + ", loss");
+      expect_close(g.sum, cpu.sum, {0, 0}, 0.0, os.str() + ", sum");
+      expect_close(g.count, cpu.count, {0, 0}, 0.0, os.str() + ", count");
+      expect_close(g.mean, cpu.mean, {0, 0}, 0.0, os.str() + ", mean");
+      BOOST_CHECK_MESSAGE(std::isnan(g.mean.cpu().item<double>()), os.str() << ": mean should be NaN");
+      const Tensor scale = randn_as({1}, dt);
+      const Tensor dx = kernels::cross_entropy_backward(gpu(x), gpu(target), g.lse, gpu(scale), -100, 0.1, g.count);
+      expect_equal(dx.cpu(), mt::zeros({4, C}, dt), os.str() + ", dx");
+    }
+}
+
+// Loss and lse of special rows against the CPU's two passes: NaN logits, −inf logits (one of them the target),
+// an all −inf row, a +inf logit, a plain row, a row of −inf but its target — in the warp, 256- and 1024-thread
+// register kernels and the one-sweep kernels (40, 1000, 8200, 20000 in registers for f32/f16/bf16; 40000, an odd
+// 1001 and f64 one sweep).
 BOOST_AUTO_TEST_CASE(cross_entropy_special_values, MT_GPU_TEST) {
   for (int64_t C : {40, 1000, 1001, 8200, 20000, 40000}) {
     const Tensor x = special_rows(C);
-    const Tensor target = mt::tensor<int64_t>({1, 0, 1, C - 1, 0});  // row 1's target is a −inf logit
-    for (DType dt : kFloatDTypes)
+    const Tensor target = mt::tensor<int64_t>({1, 0, 1, C - 1, 0, C - 1});  // row 1's target is a −inf logit
+    for (DType dt : {mt::kF64, mt::kF32, mt::kF16, mt::kBF16})  // f64: always the one-sweep kernel
       for (double eps : {0.0, 0.1}) {
         std::ostringstream os;
         os << "cross_entropy of special rows, " << dt << " C " << C << " smoothing " << eps;

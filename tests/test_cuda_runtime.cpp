@@ -261,8 +261,9 @@ BOOST_AUTO_TEST_CASE(round_trip_is_bit_exact, MT_GPU_TEST) {
 BOOST_AUTO_TEST_CASE(cast_matches_cpu_for_every_dtype_pair, MT_GPU_TEST) {
   // Float-to-float casts through f32 <-> f64 are the hardware's conversions on both sides and agree on every
   // number, but a NaN's payload is the implementation's choice there (the GPU returns its canonical NaN), so
-  // NaNs match as NaNs for f32/f64 destinations. f16/bf16 results come from core/half.h's integer code on both
-  // sides and must match to the bit, NaNs included.
+  // NaNs match as NaNs for f32/f64 destinations. f16/bf16 results come from core/half.h on both sides (the
+  // device's hardware conversion plus a select that keeps the CPU's NaN rule) and must match to the bit, NaNs
+  // included.
   uint64_t seed = 1;
   for (DType from : kAllDTypes) {
     for (DType to : kAllDTypes) {
