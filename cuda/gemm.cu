@@ -58,9 +58,10 @@ bool choose_large(int64_t m, int64_t n, int64_t batches, DType in_dtype, const G
   return tiles >= ::mixtape::cuda::multiprocessor_count(current_device());
 }
 
-/// Whether the split-K small tile for these operands runs as clusters of `split` blocks here (gemm::split_k_runs:
-/// sm_90 code on the device and room for a cluster).
+/// Whether the split-K small tile for these operands runs as clusters of `split` blocks here: clusters allowed
+/// (mixtape::cuda::set_allow_clusters), and gemm::split_k_runs (sm_90 code on the device, room for a cluster).
 bool split_runs(DType in_dtype, bool trans_a, bool trans_b, int split) {
+  if (!::mixtape::cuda::allow_clusters()) return false;
   if (::mixtape::cuda::compute_capability_major(current_device()) < 9) return false;
   switch (in_dtype) {
     case DType::kF16: return gemm::split_k_runs<__half>(trans_a, trans_b, split);

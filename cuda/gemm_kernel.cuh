@@ -40,13 +40,14 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <mma.h>
 
 #include <mixtape/core/dtype.h>
 #include <mixtape/cuda/check.h>
+#include <mixtape/cuda/cluster.cuh>
 #include <mixtape/cuda/gemm.cuh>
+#include <mixtape/cuda/stream.cuh>
 
 namespace mixtape::kernels::cuda {
 
@@ -167,44 +168,7 @@ template <class T> using LargeTile = TileConfig<T, 128, 256, 64, 64, 4, 1>;
 template <class T> using SmallTile = TileConfig<T, 64, 64, 32, 32, 4, 4>;
 
 /// Most blocks of a split-K cluster (the portable cluster size).
-constexpr int kMaxSplitK = 8;
-
-// ---- split K over a thread-block cluster --------------------------------------------------------
-
-/// This block's rank in its cluster and the cluster's size: the blocks of a cluster share one tile of C and
-/// take consecutive ranges of K. Rank 0 of 1 before sm_90 and whenever the kernel is launched without a
-/// cluster.
-struct ClusterSlot {
-  int rank, size;
-};
-__device__ __forceinline__ ClusterSlot cluster_slot() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  return {static_cast<int>(cluster.block_rank()), static_cast<int>(cluster.num_blocks())};
-#else
-  return {0, 1};
-#endif
-}
-
-/// Every thread of every block of the cluster arrives before any continues; shared-memory writes before it
-/// are visible to every block of the cluster after it (release / acquire). Only called with slot.size > 1.
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cooperative_groups::this_cluster().sync();
-#endif
-}
-
-/// The address of `p`'s counterpart in the shared memory of the cluster's block `rank` (distributed shared
-/// memory); `p` itself before sm_90, where every cluster is one block.
-template <class T>
-__device__ __forceinline__ const T* cluster_shared(const T* p, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return cooperative_groups::this_cluster().map_shared_rank(p, static_cast<unsigned>(rank));
-#else
-  (void)rank;
-  return p;
-#endif
-}
+constexpr int kMaxSplitK = kMaxClusterBlocks;
 
 // ---- cp.async -----------------------------------------------------------------------------------
 
@@ -532,28 +496,13 @@ struct Kernel {
       fn<<<grid, Cfg::kThreads, kSmem, stream>>>(p);
     } else {
       cudaLaunchAttribute cluster{};
-      const cudaLaunchConfig_t config = cluster_config(grid, split, stream, cluster);
+      const cudaLaunchConfig_t config = cluster_launch_config(grid, dim3(Cfg::kThreads), kSmem, split, stream, cluster);
       MT_CUDA_CHECK(cudaLaunchKernelEx(&config, fn, p), "gemm_kernel ", name(), " as clusters of ", split,
                     " blocks splitting K (m ", p.m, ", n ", p.n, ", k ", p.k, ", batches ", p.batches, ")");
+      ::mixtape::cuda::detail::count_cluster_launch();
     }
     MT_CUDA_CHECK_LAUNCH("gemm_kernel ", name(), " (m ", p.m, ", n ", p.n, ", k ", p.k, ", batches ", p.batches,
                          ", K split ", split, ")");
-  }
-
-  /// A launch of `grid` as clusters of `split` blocks along x; `cluster` holds the attribute it points to.
-  static cudaLaunchConfig_t cluster_config(dim3 grid, int split, cudaStream_t stream, cudaLaunchAttribute& cluster) {
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = static_cast<unsigned>(split);
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = dim3(Cfg::kThreads);
-    config.dynamicSmemBytes = kSmem;
-    config.stream = stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    return config;
   }
 
   /// Whether clusters of `split` blocks of this split-K kernel run on the current device: its code there comes
@@ -569,19 +518,7 @@ struct Kernel {
     const uint64_t bit = uint64_t{1} << ((device & 15) * 4 + (split == 2 ? 1 : split == 4 ? 2 : 3));
     if (cacheable && (asked.load(std::memory_order_acquire) & bit)) return runs.load(std::memory_order_acquire) & bit;
     prepare();
-    cudaFuncAttributes attr{};
-    MT_CUDA_CHECK(cudaFuncGetAttributes(&attr, fn), "gemm: attributes of ", name());
-    bool ok = attr.ptxVersion >= 90;
-    if (ok) {
-      cudaLaunchAttribute cluster{};
-      const cudaLaunchConfig_t config = cluster_config(dim3(static_cast<unsigned>(split)), split, nullptr, cluster);
-      int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, fn, &config) != cudaSuccess) {
-        (void)cudaGetLastError();
-        clusters = 0;
-      }
-      ok = clusters > 0;
-    }
+    const bool ok = cluster_launch_fits(fn, Cfg::kThreads, kSmem, split) > 0;
     if (cacheable) {
       if (ok) runs.fetch_or(bit, std::memory_order_acq_rel);
       asked.fetch_or(bit, std::memory_order_acq_rel);

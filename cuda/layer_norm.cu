@@ -26,8 +26,10 @@
 // of rows for 256 columns, then the chunks are added in order. No float
 // atomics, so the result is the same on every run.
 // Outputs are freshly allocated and overwritten.
+#include <mixtape/cuda/cluster.cuh>
 #include <mixtape/cuda/nn.h>
 #include <mixtape/cuda/rows.cuh>
+#include <mixtape/cuda/runtime.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -497,6 +499,147 @@ __global__ void __launch_bounds__(kBlock, (kRegisterBudgetBlocks<kBlock, 2>))
   }
 }
 
+// ---- long rows on sm_90: one pass, a cluster of blocks a row ----------------------------------------
+
+/// The cluster kernel's shape: blocks of 512 threads holding kClusterPacks<T> packs of each input a thread (8192 B
+/// of dy and x a warp), so a block's slab of a row is at most 4096 elements and a cluster of up to 8 takes rows of
+/// up to 32768; two blocks an SM (64 registers, 32 KiB of columns each) so that one block's loads overlap the
+/// other's reductions and cluster barriers.
+constexpr int kClusterBlock = 512;
+template <class T>
+constexpr int kClusterPacks = sizeof(T) == 4 ? 2 : 1;
+template <class T>
+constexpr int kClusterSlab = kClusterBlock * kClusterPacks<T> * kVec<T>;  // elements
+constexpr int64_t kClusterMaxM = int64_t{kMaxClusterBlocks} * 4096;
+static_assert(kClusterSlab<float> == 4096 && kClusterSlab<Half> == 4096 && kClusterSlab<BFloat16> == 4096);
+
+/// layer_norm_bwd_dx_kernel's arithmetic with the parameter columns (kColumns) for rows longer than one block's
+/// shared memory holds the columns of (M > kFusedMaxM, n = M / kVec<T> packs): a cluster of S blocks shares each
+/// row, block r holding packs [r·ns, r·ns + ns) of it (ns = ⌈n / S⌉, the last slab shorter) in registers and its
+/// slab's dweight and dbias columns in shared memory, so that dy and x are read once, where the two-pass path reads
+/// them twice (at most 60% of a copy's speed). A row's two sums (Σ g, Σ g·x̂) are reduced in each block, then added
+/// over the cluster in rank order through distributed shared memory: one cluster barrier a row, the exchange slots
+/// alternating between rows so that a block writes a slot again only after every block has passed the barrier
+/// that follows its last read. The clusters stride over the rows (gridDim.x / S of them); each block finally
+/// writes its slab of row `cluster` of part (clusters, 2, M). dy, x, dx and weight 16-byte aligned. Overwrites dx
+/// and part.
+template <class T>
+__global__ void __launch_bounds__(kClusterBlock, 2)
+    layer_norm_bwd_cluster_kernel(const T* __restrict__ dy,          // (rows, M)
+                                  const T* __restrict__ x,           // (rows, M)
+                                  const float* __restrict__ mean,    // (rows)
+                                  const float* __restrict__ rstd,    // (rows)
+                                  const float* __restrict__ weight,  // (M) or null
+                                  T* __restrict__ dx,                // (rows, M)
+                                  float* __restrict__ part,          // (gridDim.x / S, 2, M)
+                                  int64_t rows, int M) {
+  using Acc = float;
+  constexpr int V = kVec<T>, kPacks = kClusterPacks<T>, kBlock = kClusterBlock;
+  using P = Pack<T, V>;
+  const ClusterSlot slot = cluster_slot();
+  const int t = static_cast<int>(threadIdx.x), n = M / V;
+  const int ns = (n + slot.size - 1) / slot.size, p0 = slot.rank * ns;
+  const int np = n - p0 < ns ? (n - p0 > 0 ? n - p0 : 0) : ns;  // this block's packs of a row
+  const int64_t cluster = blockIdx.x / slot.size, clusters = gridDim.x / slot.size;
+  // Columns of the slab, dweight then dbias: local column i·V + e in slot e·ns + i, so that a warp's lanes
+  // (consecutive i) touch consecutive words for each of their V columns.
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Acc* const cols = reinterpret_cast<Acc*>(smem_raw);  // (2, V·ns)
+  __shared__ Sum2<Acc> exchange[2];                    // this block's sums of the last two rows
+  for (int j = t; j < 2 * V * ns; j += kBlock) cols[j] = Acc(0);
+  __syncthreads();
+  const Acc* const w_slab = weight ? weight + static_cast<int64_t>(p0) * V : nullptr;
+  int parity = 0;
+  for (int64_t row = cluster; row < rows; row += clusters, parity ^= 1) {
+    const int64_t off = row * M + static_cast<int64_t>(p0) * V;
+    const P* const gv = reinterpret_cast<const P*>(dy + off);
+    const P* const xv = reinterpret_cast<const P*>(x + off);
+    P g[kPacks], p[kPacks];
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const bool in = t + k * kBlock < np;
+      g[k] = in ? gv[t + k * kBlock] : P{};  // pads add g·w = 0 and 0·x̂
+      p[k] = in ? xv[t + k * kBlock] : P{};
+    }
+    const Acc mu = mean[row], rs = rstd[row];
+    Sum2<Acc> s{0, 0};
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      Acc w[V];
+      load_params(w, w_slab, t + k * kBlock, t + k * kBlock < np, Acc(0));
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const Acc gj = weight ? mul_rn(widen<Acc>(g[k].v[e]), w[e]) : widen<Acc>(g[k].v[e]);
+        s.a += gj;
+        s.b += gj * ((widen<Acc>(p[k].v[e]) - mu) * rs);
+      }
+    }
+    s = row_all_reduce<kBlock, kBlock>(s, AddOp{});
+    if (t == 0) exchange[parity] = s;
+    cluster_sync();
+    // Every block's sums of this row, added in rank order: lane r of each warp loads block r's, and every lane adds
+    // them up through shuffles, in the same order everywhere (S loads in flight at once, two registers a lane).
+    const int lane = t % kWarp;
+    Sum2<Acc> mine{0, 0};
+    if (lane < slot.size) mine = *cluster_shared(&exchange[parity], lane);
+    Sum2<Acc> total{__shfl_sync(0xffffffffu, mine.a, 0), __shfl_sync(0xffffffffu, mine.b, 0)};
+#pragma unroll
+    for (int r = 1; r < kMaxClusterBlocks; ++r)
+      if (r < slot.size) {
+        total.a += __shfl_sync(0xffffffffu, mine.a, r);
+        total.b += __shfl_sync(0xffffffffu, mine.b, r);
+      }
+    const Acc mg = total.a / static_cast<Acc>(M), mgx = total.b / static_cast<Acc>(M);
+    auto* const dv = reinterpret_cast<P*>(dx + off);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int i = t + k * kBlock;
+      if (i >= np) continue;
+      Acc w[V];
+      load_params(w, w_slab, i, true, Acc(1));
+      // Slots of kSlotBatch elements are read together before any is written (see layer_norm_bwd_dx_kernel).
+      constexpr int kSlotBatch = V < 4 ? V : 4;
+      static_assert(V % kSlotBatch == 0, "a pack's elements split into whole batches of slots");
+      P o;
+#pragma unroll
+      for (int e0 = 0; e0 < V; e0 += kSlotBatch) {
+        Acc cw[kSlotBatch], cb[kSlotBatch];
+#pragma unroll
+        for (int b = 0; b < kSlotBatch; ++b) {
+          cw[b] = cols[(e0 + b) * ns + i];
+          cb[b] = cols[V * ns + (e0 + b) * ns + i];
+        }
+#pragma unroll
+        for (int b = 0; b < kSlotBatch; ++b) {
+          const int e = e0 + b;
+          const Acc gv_e = widen<Acc>(g[k].v[e]), xhat = (widen<Acc>(p[k].v[e]) - mu) * rs;
+          cw[b] += gv_e * xhat;
+          cb[b] += gv_e;
+          o.v[e] = narrow<T>(rs * ((weight ? mul_rn(gv_e, w[e]) : gv_e) - mg - xhat * mgx));
+        }
+#pragma unroll
+        for (int b = 0; b < kSlotBatch; ++b) {
+          cols[(e0 + b) * ns + i] = cw[b];
+          cols[V * ns + (e0 + b) * ns + i] = cb[b];
+        }
+      }
+      dv[i] = o;
+    }
+  }
+  __syncthreads();
+  // This block's slab of the cluster's partial sums: columns p0·V … of row `cluster` of part.
+  float* const out = part + cluster * 2 * M + static_cast<int64_t>(p0) * V;
+  for (int c = t; c < np * V; c += kBlock) {
+    const int slot_of_c = (c % V) * ns + c / V;
+    out[c] = cols[slot_of_c];
+    out[M + c] = cols[V * ns + slot_of_c];
+  }
+  // The other blocks may still be reading this block's exchange slots of the last row.
+  cluster_sync();
+}
+
+// ---- long rows elsewhere: the parameter columns in a second pass ----------------------------------------
+
 constexpr int kColumnThreads = 256;
 constexpr int64_t kRowsPerChunk = 64;
 constexpr int64_t kMaxChunks = 65535;  // gridDim.y
@@ -577,33 +720,42 @@ __global__ void __launch_bounds__(kColumnThreads) layer_norm_bwd_fused_final_ker
 /// 128 KiB in f64. Beyond it the columns take a second pass over dy and x.
 constexpr int64_t kFusedMaxM = 8192;
 
-/// How many blocks of `kernel` fit on the device at once with `smem` bytes of dynamic shared memory each. The
-/// kernel may then be launched with `smem` bytes: its dynamic shared-memory limit (above 48 KiB it must be asked
-/// for) is raised to the device's whole opt-in allowance, once per kernel and device, so that no later, smaller
-/// request lowers it under an earlier one. Both answers are kept: the attribute call and the occupancy query
-/// cost microseconds, and every backward of a layer asks.
+/// How many blocks of `kernel` (cluster 1), or clusters of `cluster` blocks, fit on the device at once with `smem`
+/// bytes of dynamic shared memory a block; clusters: 0 where they cannot run at all (cluster_launch_fits). The
+/// kernel may then be launched with `smem` bytes: above 48 KiB its dynamic shared-memory limit is raised to all the
+/// device allows next to its static shared memory, once per kernel and device, so that no later, smaller request
+/// lowers it under an earlier one. The answers are kept: the attribute call and the occupancy queries cost
+/// microseconds, and every backward of a layer asks.
 template <class Kernel>
-int64_t resident_blocks(Kernel kernel, int block, size_t smem, int device) {
-  using Key = std::tuple<const void*, int, size_t, int>;  // kernel, block, smem, device
+int64_t resident(Kernel kernel, int block, size_t smem, int cluster, int device) {
+  using Key = std::tuple<const void*, int, size_t, int, int>;  // kernel, block, smem, cluster, device
   static std::mutex mutex;
-  static std::map<Key, int64_t> known;  // Key → blocks; block 0, smem 0: the shared-memory limit was raised
+  static std::map<Key, int64_t> known;  // Key → blocks or clusters; block 0: the shared-memory limit was raised
   const void* const fn = reinterpret_cast<const void*>(kernel);
   std::lock_guard<std::mutex> lock(mutex);
-  if (const auto it = known.find(Key{fn, block, smem, device}); it != known.end()) return it->second;
-  if (!known.count(Key{fn, 0, 0, device})) {
-    const int allowance = ::mixtape::cuda::shared_memory_per_block_optin(device);
-    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, allowance),
-                  "layer_norm_backward: allowing ", allowance, " bytes of shared memory");
-    known.emplace(Key{fn, 0, 0, device}, 0);
+  if (const auto it = known.find(Key{fn, block, smem, cluster, device}); it != known.end()) return it->second;
+  if (smem > 48 * 1024 && !known.count(Key{fn, 0, 0, 0, device})) {
+    // Dynamic and static shared memory together may not exceed the allowance (the reductions' buffers are static).
+    cudaFuncAttributes attr{};
+    MT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel), "layer_norm_backward: kernel attributes");
+    const int most = ::mixtape::cuda::shared_memory_per_block_optin(device) - static_cast<int>(attr.sharedSizeBytes);
+    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most),
+                  "layer_norm_backward: allowing ", most, " bytes of dynamic shared memory");
+    known.emplace(Key{fn, 0, 0, 0, device}, 0);
   }
-  int per_sm = 0;
-  MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem),
-                "layer_norm_backward: occupancy query");
-  MT_CHECK(per_sm > 0, "layer_norm_backward: a block of ", block, " threads with ", smem,
-           " bytes of shared memory does not fit a multiprocessor");
-  const int64_t blocks = static_cast<int64_t>(per_sm) * ::mixtape::cuda::multiprocessor_count(device);
-  known.emplace(Key{fn, block, smem, device}, blocks);
-  return blocks;
+  int64_t count = 0;
+  if (cluster > 1) {
+    count = cluster_launch_fits(kernel, block, smem, cluster);
+  } else {
+    int per_sm = 0;
+    MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem),
+                  "layer_norm_backward: occupancy query");
+    MT_CHECK(per_sm > 0, "layer_norm_backward: a block of ", block, " threads with ", smem,
+             " bytes of shared memory does not fit a multiprocessor");
+    count = static_cast<int64_t>(per_sm) * ::mixtape::cuda::multiprocessor_count(device);
+  }
+  known.emplace(Key{fn, block, smem, cluster, device}, count);
+  return count;
 }
 
 /// How many of its packs a thread of a configuration's forward keeps in shared memory: the upper half where a
@@ -715,6 +867,18 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     const bool want_params = want_w || bias_defined;
     const auto acc = TensorOptions(acc_dtype_v<Acc>).device(device);
     auto to_param = [&](const Tensor& sum) { return raw::to(sum, param_dtype); };  // one rounding to their dtype
+    // dweight and dbias from part (blocks, 2, M): the per-block column sums, added in block order.
+    auto sum_parts = [&](const Tensor& part, int64_t blocks) {
+      Tensor dw_sum = want_w ? empty(param_shape, acc) : Tensor();
+      Tensor db_sum = bias_defined ? empty(param_shape, acc) : Tensor();
+      layer_norm_bwd_fused_final_kernel<Acc>
+          <<<static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
+              part.data<Acc>(), want_w ? dw_sum.data<Acc>() : nullptr, bias_defined ? db_sum.data<Acc>() : nullptr,
+              blocks, M);
+      MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_fused_final_kernel (", blocks, " blocks of ", M, " columns)");
+      if (want_w) g.dweight = to_param(dw_sum);
+      if (bias_defined) g.dbias = to_param(db_sum);
+    };
 
     // Rows of up to kFusedMaxM elements: the dx kernel sums the parameter columns in shared memory as well, where
     // the device gives a block that much (f64 rows ask up to 128 KiB; sm_86/sm_89 allow 99): else the two passes.
@@ -725,20 +889,12 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
         const size_t smem = static_cast<size_t>(rows_per_block) * 2 * static_cast<size_t>(M) * sizeof(Acc);
         if (!shared_memory_fits(smem)) return false;
         const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block,
-                                                 resident_blocks(kernel, block, smem, device.index));
+                                                 resident(kernel, block, smem, 1, device.index));
         const Tensor part = empty({blocks, 2, M}, acc);
         kernel<<<static_cast<unsigned>(blocks), block, smem, ::mixtape::cuda::launch_stream()>>>(
             gp, xp, mp, rp, wp, dxp, part.data<Acc>(), rows, static_cast<int>(M), more...);
         MT_CUDA_CHECK_LAUNCH(op, " with parameter columns (", rows, " rows of ", M, ", ", smem, " bytes of shared memory)");
-        Tensor dw_sum = want_w ? empty(param_shape, acc) : Tensor();
-        Tensor db_sum = bias_defined ? empty(param_shape, acc) : Tensor();
-        layer_norm_bwd_fused_final_kernel<Acc>
-            <<<static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
-                part.data<Acc>(), want_w ? dw_sum.data<Acc>() : nullptr, bias_defined ? db_sum.data<Acc>() : nullptr,
-                blocks, M);
-        MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_fused_final_kernel (", blocks, " blocks of ", M, " columns)");
-        if (want_w) g.dweight = to_param(dw_sum);
-        if (bias_defined) g.dbias = to_param(db_sum);
+        sum_parts(part, blocks);
         return true;
       };
       bool ran = false;
@@ -757,6 +913,31 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
         else ran = fused(layer_norm_bwd_dx_strided_kernel<T, 256, 256>, 1, 256, vec);
       }
       if (ran) return;
+    }
+
+    // Longer rows, where clusters run (sm_90): one pass, a cluster of blocks sharing each row.
+    if constexpr (std::is_same_v<Acc, float>) {
+      if (want_params && M > kFusedMaxM && M <= kClusterMaxM && regs && ::mixtape::cuda::allow_clusters()) {
+        constexpr int kSlabPacks = kClusterSlab<T> / kVec<T>;
+        const int n = static_cast<int>(M / kVec<T>), S = (n + kSlabPacks - 1) / kSlabPacks, ns = (n + S - 1) / S;
+        const size_t smem = 2 * static_cast<size_t>(kVec<T>) * static_cast<size_t>(ns) * sizeof(Acc);
+        const auto kernel = layer_norm_bwd_cluster_kernel<T>;
+        if (const int64_t fit = resident(kernel, kClusterBlock, smem, S, device.index); fit > 0) {
+          const int64_t clusters = std::min<int64_t>(rows, fit);
+          const Tensor part = empty({clusters, 2, M}, acc);
+          cudaLaunchAttribute attribute{};
+          const cudaLaunchConfig_t config =
+              cluster_launch_config(dim3(static_cast<unsigned>(clusters * S)), dim3(kClusterBlock), smem, S,
+                                    ::mixtape::cuda::launch_stream(), attribute);
+          MT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, gp, xp, mp, rp, wp, dxp, part.data<Acc>(), rows,
+                                           static_cast<int>(M)),
+                        "layer_norm_bwd_cluster_kernel (", rows, " rows of ", M, ", clusters of ", S, " blocks)");
+          ::mixtape::cuda::detail::count_cluster_launch();
+          MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_cluster_kernel (", rows, " rows of ", M, ")");
+          sum_parts(part, clusters);
+          return;
+        }
+      }
     }
 
     Acc* const no_part = nullptr;

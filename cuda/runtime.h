@@ -71,6 +71,16 @@ void set_allow_tf32(bool allow) noexcept;
 /// Whether f32 matrix products may run in TF32 (set_allow_tf32). Never throws.
 bool allow_tf32() noexcept;
 
+// ---- thread-block clusters -----------------------------------------------------------------
+
+/// Lets kernels run as thread-block clusters where the device has them (sm_90): the GEMM's small tile splitting
+/// K, layer_norm's backward for rows of 8193-32768 elements. On by default; off, they run the paths other devices
+/// run (results differ only in the order of sums). Process-wide; never throws. Counted in
+/// debug_counters().cluster_launches.
+void set_allow_clusters(bool allow) noexcept;
+/// Whether kernels may run as thread-block clusters (set_allow_clusters). Never throws.
+bool allow_clusters() noexcept;
+
 // ---- the caching allocator -----------------------------------------------------------------
 //
 // CUDA tensors take their memory from a caching allocator (cuda/allocator.cu): a freed block stays reserved
@@ -112,6 +122,7 @@ void set_poison_allocations(bool on) noexcept;
 struct DebugCounters {
   int64_t device_to_host_copies = 0;  // copies from a CUDA device to the CPU (each copy_bytes call)
   int64_t synchronizations = 0;       // host waits: device, stream and event synchronize, by the runtime or users
+  int64_t cluster_launches = 0;       // kernels launched as thread-block clusters (set_allow_clusters)
 };
 
 /// Counters since the start or the last reset_debug_counters(). Never throw; zero without CUDA.

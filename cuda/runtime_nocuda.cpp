@@ -40,11 +40,16 @@ int current_device() { MT_ERROR("cuda::current_device: ", kNoCuda, " (", kHowTo,
 
 namespace {
 std::atomic<bool> g_allow_tf32{false};
+std::atomic<bool> g_allow_clusters{true};
 }  // namespace
 
 void set_allow_tf32(bool allow) noexcept { g_allow_tf32.store(allow, std::memory_order_relaxed); }
 
 bool allow_tf32() noexcept { return g_allow_tf32.load(std::memory_order_relaxed); }
+
+void set_allow_clusters(bool allow) noexcept { g_allow_clusters.store(allow, std::memory_order_relaxed); }
+
+bool allow_clusters() noexcept { return g_allow_clusters.load(std::memory_order_relaxed); }
 
 // ---- the allocator and the debug counters: nothing was ever allocated or copied ----------------
 

@@ -21,6 +21,8 @@ namespace {
 
 std::atomic<int64_t> g_device_to_host_copies{0};
 std::atomic<int64_t> g_synchronizations{0};
+std::atomic<int64_t> g_cluster_launches{0};
+std::atomic<bool> g_allow_clusters{true};
 
 /// `device`, or the current device for -1, checked against the visible devices.
 int resolve_device(int device, const char* op) {
@@ -42,16 +44,22 @@ std::vector<Stream>& current_streams() {
 namespace detail {
 void count_synchronization() noexcept { g_synchronizations.fetch_add(1, std::memory_order_relaxed); }
 void count_device_to_host_copy() noexcept { g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed); }
+void count_cluster_launch() noexcept { g_cluster_launches.fetch_add(1, std::memory_order_relaxed); }
 }  // namespace detail
 
 DebugCounters debug_counters() noexcept {
-  return {g_device_to_host_copies.load(std::memory_order_relaxed), g_synchronizations.load(std::memory_order_relaxed)};
+  return {g_device_to_host_copies.load(std::memory_order_relaxed), g_synchronizations.load(std::memory_order_relaxed),
+          g_cluster_launches.load(std::memory_order_relaxed)};
 }
 
 void reset_debug_counters() noexcept {
   g_device_to_host_copies.store(0, std::memory_order_relaxed);
   g_synchronizations.store(0, std::memory_order_relaxed);
+  g_cluster_launches.store(0, std::memory_order_relaxed);
 }
+
+void set_allow_clusters(bool allow) noexcept { g_allow_clusters.store(allow, std::memory_order_relaxed); }
+bool allow_clusters() noexcept { return g_allow_clusters.load(std::memory_order_relaxed); }
 
 // ---- Stream ------------------------------------------------------------------------------------
 

@@ -54,6 +54,8 @@ namespace detail {
 void count_synchronization() noexcept;
 /// Bumped by every device-to-host copy: debug_counters().
 void count_device_to_host_copy() noexcept;
+/// Bumped by every kernel launched as thread-block clusters: debug_counters().
+void count_cluster_launch() noexcept;
 }  // namespace detail
 
 }  // namespace mixtape::cuda

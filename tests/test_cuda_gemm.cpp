@@ -413,6 +413,14 @@ BOOST_AUTO_TEST_CASE(split_k_is_deterministic_and_runs, MT_GPU_TEST) {
     }
     BOOST_TEST(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)) != 0,
                "split 8 and unsplit gave the same bits: the split did not run");
+    // Clusters off: kAuto and a forced split run the small tile unsplit.
+    mt::cuda::set_allow_clusters(false);
+    BOOST_TEST((kc::gemm_tensor_core_tile(m, n, k, 1, mt::kF16, {a.ptr(), a.ld, false, 0}, {b.ptr(), b.ld, true, 0}) ==
+                GemmTile::kSmall));
+    mt::cuda::reset_debug_counters();
+    run_case({.m = 128, .n = 512, .k = 784, .tb = true, .tile = GemmTile::kSplitK8});
+    BOOST_TEST(mt::cuda::debug_counters().cluster_launches == 0);
+    mt::cuda::set_allow_clusters(true);
   }
 }
 

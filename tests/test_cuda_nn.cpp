@@ -316,12 +316,51 @@ BOOST_AUTO_TEST_CASE(layer_norm_shapes_and_params, MT_GPU_TEST) {
 
 // Row owners (a warp or a block of the fused backward) that add several rows into their dweight/dbias slots:
 // more rows than the resident row owners, in every dtype and register tier of the fused kernel.
-BOOST_AUTO_TEST_CASE(layer_norm_fused_columns_over_many_rows, MT_GPU_TEST) {
+BOOST_AUTO_TEST_CASE(layer_norm_fused_columns_over_many_rows, MT_GPU_TEST MT_LARGE_TEST) {
   mt::manual_seed(9);
   const std::pair<int64_t, int64_t> shapes[] = {{3000, 200}, {3000, 1000}, {4000, 1032}, {4000, 4096}, {2000, 8192}};
   for (DType dt : kFloatDTypes)
     for (auto [rows, M] : shapes)
       check_layer_norm(randn_as({rows, M}, dt), M, randn_as({M}, dt), randn_as({M}, dt), "many rows an owner");
+}
+
+// Rows longer than 8192 with dweight/dbias: on sm_90 a cluster of S blocks shares each row (S = 3, 4, 5, 5, 6, 7,
+// 8, 8 for these lengths, the last slab shorter but at 20480 and 32768), the clusters striding over 300 rows, so
+// that each block runs several rows (both exchange slots) and the cluster sums meet in rank order; elsewhere the
+// two-pass path.
+// (A sweep: ctest runs it, the sanitizers run layer_norm_cluster_kernel_under_sanitizers instead.)
+BOOST_AUTO_TEST_CASE(layer_norm_long_rows_with_parameters, MT_GPU_TEST MT_LARGE_TEST) {
+  mt::manual_seed(13);
+  const bool sm90 = mt::cuda::device_properties(mt::cuda::current_device()).major >= 9;
+  for (DType dt : kFloatDTypes)
+    for (int64_t M : {8200, 12296, 16400, 20480, 22536, 24600, 28680, 32768}) {
+      mt::cuda::reset_debug_counters();
+      const Tensor x = randn_as({300, M}, dt), w = randn_as({M}, dt), b = randn_as({M}, dt);
+      check_layer_norm(x, M, w, b, "long rows, weight and bias");
+      check_layer_norm(x, M, Tensor(), b, "long rows, bias only");
+      check_layer_norm(randn_as({2, M}, dt), M, w, Tensor(), "long rows, fewer rows than clusters, weight only");
+      // On sm_90 each of the three backwards ran as clusters.
+      if (sm90)
+        BOOST_TEST(mt::cuda::debug_counters().cluster_launches == 3,
+                   "layer_norm backward of " << dt << " rows of " << M << ": "
+                                             << mt::cuda::debug_counters().cluster_launches << " cluster launches");
+    }
+  // The two-pass path the other devices run, on this one too.
+  mt::cuda::set_allow_clusters(false);
+  mt::cuda::reset_debug_counters();
+  for (DType dt : kFloatDTypes)
+    check_layer_norm(randn_as({300, 20480}, dt), 20480, randn_as({20480}, dt), randn_as({20480}, dt),
+                     "long rows, clusters off");
+  mt::cuda::set_allow_clusters(true);
+  BOOST_TEST(mt::cuda::debug_counters().cluster_launches == 0);
+}
+
+// A few rows of the cluster kernel's shortest and longest lengths, small enough for compute-sanitizer.
+BOOST_AUTO_TEST_CASE(layer_norm_cluster_kernel_under_sanitizers, MT_GPU_TEST) {
+  mt::manual_seed(14);
+  for (DType dt : {mt::kF32, mt::kBF16})
+    for (int64_t M : {8200, 32768})
+      check_layer_norm(randn_as({12, M}, dt), M, randn_as({M}, dt), randn_as({M}, dt), "long rows, a few");
 }
 
 // f64 through every path: warp and block rows, fused columns (<= 8192) and the parameter pass, odd lengths.
@@ -352,6 +391,9 @@ BOOST_AUTO_TEST_CASE(layer_norm_f16_large_offset, MT_GPU_TEST) {
   mt::manual_seed(8);
   for (int64_t M : {7, 1000, 1023, 4096, 20000, 32768})
     check_layer_norm(randn_as({4, M}, mt::kF16, 1000.0), M, Tensor(), Tensor(), "offset +1000");
+  for (int64_t M : {4096, 32768})  // with parameters: the fused columns, and the cluster kernel on sm_90
+    check_layer_norm(randn_as({40, M}, mt::kF16, 1000.0), M, randn_as({M}, mt::kF16), randn_as({M}, mt::kF16),
+                     "offset +1000, weight and bias");
 }
 
 // ---- gather / scatter_add -------------------------------------------------------------------
