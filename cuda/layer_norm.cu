@@ -271,6 +271,50 @@ __global__ void __launch_bounds__(kBlock, (kRegisterBudgetBlocks<kBlock>))
 template <class T, int kPacks>
 constexpr int kColumnsMinBlocks = kPacks * kVec<T> <= 16 ? 3 : 1;
 
+/// One pack i of a row's dx: rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·w (dy where not `weighted`), rounded
+/// once. With kColumns, the pack's dy·x̂ and dy are also added into the parameter columns: element e's slots are
+/// cols[e·stride + i] (dweight) and cols[dbias_at + e·stride + i] (dbias). The slots of kSlotBatch elements are
+/// read together before any is written: the compiler cannot prove them distinct (stride is a run-time value), so a
+/// read-add-write per element would be a chain of dependent shared-memory round trips. Batches of 4, not the whole
+/// pack: 16-bit packs' 16 slots at once cost registers (a block fewer an SM at rows of 4096).
+template <bool kColumns, class T, int V>
+__device__ __forceinline__ Pack<T, V> dx_pack(const Pack<T, V>& dy, const Pack<T, V>& x, const float (&w)[V],
+                                              bool weighted, float mu, float rs, float mg, float mgx,
+                                              float* __restrict__ cols, int stride, int dbias_at, int i) {
+  constexpr int kSlotBatch = V < 4 ? V : 4;
+  static_assert(V % kSlotBatch == 0, "a pack's elements split into whole batches of slots");
+  Pack<T, V> o;
+#pragma unroll
+  for (int e0 = 0; e0 < V; e0 += kSlotBatch) {
+    float cw[kSlotBatch], cb[kSlotBatch];
+    if constexpr (kColumns) {
+#pragma unroll
+      for (int b = 0; b < kSlotBatch; ++b) {
+        cw[b] = cols[(e0 + b) * stride + i];
+        cb[b] = cols[dbias_at + (e0 + b) * stride + i];
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kSlotBatch; ++b) {
+      const int e = e0 + b;
+      const float gv = widen<float>(dy.v[e]), xhat = (widen<float>(x.v[e]) - mu) * rs;
+      if constexpr (kColumns) {
+        cw[b] += gv * xhat;
+        cb[b] += gv;
+      }
+      o.v[e] = narrow<T>(rs * ((weighted ? mul_rn(gv, w[e]) : gv) - mg - xhat * mgx));
+    }
+    if constexpr (kColumns) {
+#pragma unroll
+      for (int b = 0; b < kSlotBatch; ++b) {
+        cols[(e0 + b) * stride + i] = cw[b];
+        cols[dbias_at + (e0 + b) * stride + i] = cb[b];
+      }
+    }
+  }
+  return o;
+}
+
 /// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) per row, g = dy·w, x̂ = (x − mean)·rstd, for rows of M = n·kVec<T>
 /// elements, kPerRow·kPacks / 2 < n <= kPerRow·kPacks; dy, x, dx and weight 16-byte aligned. Overwrites dx.
 /// With kStash, x waits in dynamic shared memory (kPacks·kBlock packs) rather than registers.
@@ -353,42 +397,7 @@ __global__ void __launch_bounds__(kBlock, (kColumns ? kColumnsMinBlocks<T, kPack
         const P xp = x_pack(k);
         Acc w[V];
         load_params(w, weight, i, true, Acc(1));
-        // The column slots (slot e·n + i) of kSlotBatch elements are read together before any is written: the
-        // compiler cannot prove the slots distinct (n is a runtime value), so a read-add-write per element would
-        // be a chain of dependent shared-memory round trips. Batches of 4, not the whole pack: 16-bit packs'
-        // 16 slots at once cost registers (a block fewer an SM at rows of 4096).
-        constexpr int kSlotBatch = V < 4 ? V : 4;
-        static_assert(V % kSlotBatch == 0, "a pack's elements split into whole batches of slots");
-        P o;
-#pragma unroll
-        for (int e0 = 0; e0 < V; e0 += kSlotBatch) {
-          Acc cw[kSlotBatch], cb[kSlotBatch];
-          if constexpr (kColumns) {
-#pragma unroll
-            for (int b = 0; b < kSlotBatch; ++b) {
-              cw[b] = cols[(e0 + b) * n + i];
-              cb[b] = cols[M + (e0 + b) * n + i];
-            }
-          }
-#pragma unroll
-          for (int b = 0; b < kSlotBatch; ++b) {
-            const int e = e0 + b;
-            const Acc gv = widen<Acc>(g[k].v[e]), xhat = (widen<Acc>(xp.v[e]) - mu) * rs;
-            if constexpr (kColumns) {
-              cw[b] += gv * xhat;
-              cb[b] += gv;
-            }
-            o.v[e] = narrow<T>(rs * ((weight ? mul_rn(gv, w[e]) : gv) - mg - xhat * mgx));
-          }
-          if constexpr (kColumns) {
-#pragma unroll
-            for (int b = 0; b < kSlotBatch; ++b) {
-              cols[(e0 + b) * n + i] = cw[b];
-              cols[M + (e0 + b) * n + i] = cb[b];
-            }
-          }
-        }
-        dv[i] = o;
+        dv[i] = dx_pack<kColumns>(g[k], xp, w, weight != nullptr, mu, rs, mg, mgx, cols, n, M, i);
       }
   }
   if constexpr (!kColumns) return;
@@ -597,33 +606,7 @@ __global__ void __launch_bounds__(kClusterBlock, 2)
       if (i >= np) continue;
       Acc w[V];
       load_params(w, w_slab, i, true, Acc(1));
-      // Slots of kSlotBatch elements are read together before any is written (see layer_norm_bwd_dx_kernel).
-      constexpr int kSlotBatch = V < 4 ? V : 4;
-      static_assert(V % kSlotBatch == 0, "a pack's elements split into whole batches of slots");
-      P o;
-#pragma unroll
-      for (int e0 = 0; e0 < V; e0 += kSlotBatch) {
-        Acc cw[kSlotBatch], cb[kSlotBatch];
-#pragma unroll
-        for (int b = 0; b < kSlotBatch; ++b) {
-          cw[b] = cols[(e0 + b) * ns + i];
-          cb[b] = cols[V * ns + (e0 + b) * ns + i];
-        }
-#pragma unroll
-        for (int b = 0; b < kSlotBatch; ++b) {
-          const int e = e0 + b;
-          const Acc gv_e = widen<Acc>(g[k].v[e]), xhat = (widen<Acc>(p[k].v[e]) - mu) * rs;
-          cw[b] += gv_e * xhat;
-          cb[b] += gv_e;
-          o.v[e] = narrow<T>(rs * ((weight ? mul_rn(gv_e, w[e]) : gv_e) - mg - xhat * mgx));
-        }
-#pragma unroll
-        for (int b = 0; b < kSlotBatch; ++b) {
-          cols[(e0 + b) * ns + i] = cw[b];
-          cols[V * ns + (e0 + b) * ns + i] = cb[b];
-        }
-      }
-      dv[i] = o;
+      dv[i] = dx_pack<true>(g[k], p[k], w, weight != nullptr, mu, rs, mg, mgx, cols, ns, V * ns, i);
     }
   }
   __syncthreads();
