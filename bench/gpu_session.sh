@@ -5,7 +5,7 @@
 # Boost.Test or OpenBLAS. Before the call, on the workstation:
 #   mkdir -p .deb && (cd .deb && apt-get download libboost-test1.74-dev \
 #     libboost-test1.74.0 libboost1.74-dev libopenblas-dev libopenblas-pthread-dev \
-#     libopenblas0-pthread libopenblas0 libgfortran5)
+#     libopenblas0-pthread libopenblas0 libgfortran5 libblas-dev liblapack-dev)
 # then run with `.deb` carried:   bash bench/gpu_session.sh [steps...]
 #
 # Steps (default: build test sanitize bench):
