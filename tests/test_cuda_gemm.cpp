@@ -254,6 +254,18 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_errors_naming_the_shapes) {
   BOOST_CHECK_NO_THROW(kc::gemm_tensor_core(0, 8, 8, 1, mt::kF16, a, b, nullptr, 8, 0, mt::kF32, {}, nullptr));
 }
 
+BOOST_AUTO_TEST_CASE(cluster_switch_round_trips) {
+  BOOST_TEST(mt::cuda::allow_clusters());  // on by default
+  mt::cuda::set_allow_clusters(false);
+  BOOST_TEST(!mt::cuda::allow_clusters());
+  mt::cuda::set_allow_clusters(true);
+  BOOST_TEST(mt::cuda::allow_clusters());
+  // Names for every tile (messages and the benchmark).
+  for (GemmTile tile : {GemmTile::kAuto, GemmTile::kLarge, GemmTile::kSmall, GemmTile::kSplitK2, GemmTile::kSplitK4,
+                        GemmTile::kSplitK8})
+    BOOST_TEST(std::string(kc::gemm_tile_name(tile)) != "?");
+}
+
 BOOST_AUTO_TEST_CASE(tf32_switch_round_trips) {
   const bool before = mt::cuda::allow_tf32();
   mt::cuda::set_allow_tf32(true);
