@@ -6,6 +6,10 @@
 // cudaLaunchAttributeClusterDimension), after asking whether they can run (cluster_launch_fits).
 #pragma once
 
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -70,23 +74,36 @@ inline cudaLaunchConfig_t cluster_launch_config(dim3 grid, dim3 block, size_t sm
 /// How many clusters of `cluster` blocks of `kernel` (`block` threads, `smem` bytes of dynamic shared memory, its
 /// limit already raised) can run at once on the current device: 0 where they cannot run at all — the kernel's code
 /// on the device comes from PTX for an architecture before sm_90 (a build for sm_80 alone, JIT-compiled on an
-/// H100: it would run the grid as lone blocks), or no such cluster fits (MPS or green-context limits). Never throws.
+/// H100: it would run the grid as lone blocks), or no such cluster fits (MPS or green-context limits). Asked once
+/// per kernel, shape and device (launchers ask on every launch). Never throws a CUDA error.
 template <class Kernel>
 int cluster_launch_fits(Kernel kernel, int block, size_t smem, int cluster) {
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90) {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
-  cudaLaunchAttribute attribute{};
-  const cudaLaunchConfig_t config =
-      cluster_launch_config(dim3(static_cast<unsigned>(cluster)), dim3(static_cast<unsigned>(block)), smem, cluster,
-                            nullptr, attribute);
+  using Key = std::tuple<const void*, int, size_t, int, int>;  // kernel, block, smem, cluster, device
+  static std::mutex mutex;
+  static std::map<Key, int> known;
+  const Key key{reinterpret_cast<const void*>(kernel), block, smem, cluster, device};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
+  cudaFuncAttributes attr{};
+  cudaError_t status = cudaFuncGetAttributes(&attr, kernel);
+  if (status == cudaSuccess && attr.ptxVersion >= 90) {
+    cudaLaunchAttribute attribute{};
+    const cudaLaunchConfig_t config =
+        cluster_launch_config(dim3(static_cast<unsigned>(cluster)), dim3(static_cast<unsigned>(block)), smem, cluster,
+                              nullptr, attribute);
+    status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
   }
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();  // a refusal is an answer (0), not an error for the next launch to report
+    clusters = 0;
+  }
+  known.emplace(key, clusters);
   return clusters;
 }
 

@@ -75,15 +75,13 @@ bool split_runs(DType in_dtype, bool trans_a, bool trans_b, int split) {
 /// something to overlap): 128 × 512 × 784 in f16 is 16 tiles of 25 K steps, split 8 ways into 128 blocks of
 /// 3-4 steps. A problem that already has a block for every SM is not split.
 int choose_split(int64_t m, int64_t n, int64_t k, int64_t batches, DType in_dtype, bool trans_a, bool trans_b) {
-  const int device = current_device();
-  if (::mixtape::cuda::compute_capability_major(device) < 9) return 1;
   constexpr int64_t kBM = 64, kBN = 64;  // gemm::SmallTile
   static_assert(gemm::SmallTile<__half>::BM == kBM && gemm::SmallTile<__half>::BN == kBN &&
                 gemm::SmallTile<float>::BM == kBM && gemm::SmallTile<float>::BN == kBN);
   const int64_t tiles = (m + kBM - 1) / kBM * ((n + kBN - 1) / kBN) * batches;
   const int64_t bk = 64 / static_cast<int64_t>(itemsize(in_dtype));  // gemm::TileConfig::BK: 64 bytes of K
   const int64_t ktiles = (k + bk - 1) / bk;
-  const int64_t sms = ::mixtape::cuda::multiprocessor_count(device);
+  const int64_t sms = ::mixtape::cuda::multiprocessor_count(current_device());
   int split = 1;
   for (int s = 2; s <= gemm::kMaxSplitK; s *= 2)
     if (tiles * s <= sms && ktiles >= 2 * s && split_runs(in_dtype, trans_a, trans_b, s)) split = s;

@@ -508,22 +508,11 @@ struct Kernel {
   /// Whether clusters of `split` blocks of this split-K kernel run on the current device: its code there comes
   /// from PTX for sm_90 or newer (a build for sm_80 alone, JIT-compiled on an H100, has no clusters and would run
   /// the split grid as lone blocks), and at least one such cluster fits (MPS or green-context limits can forbid
-  /// it). Asked once per device (the first 16) and split; never throws for a "no".
+  /// it): cluster_launch_fits, which keeps its answers. Never throws for a "no".
   static bool clusters_run(int split) {
     static_assert(kSplitK, "only the split-K kernels run as clusters");
-    static std::atomic<uint64_t> asked{0}, runs{0};
-    int device = 0;
-    MT_CUDA_CHECK(cudaGetDevice(&device), "gemm: querying the current device");
-    const bool cacheable = device >= 0 && device < 16;
-    const uint64_t bit = uint64_t{1} << ((device & 15) * 4 + (split == 2 ? 1 : split == 4 ? 2 : 3));
-    if (cacheable && (asked.load(std::memory_order_acquire) & bit)) return runs.load(std::memory_order_acquire) & bit;
     prepare();
-    const bool ok = cluster_launch_fits(fn, Cfg::kThreads, kSmem, split) > 0;
-    if (cacheable) {
-      if (ok) runs.fetch_or(bit, std::memory_order_acq_rel);
-      asked.fetch_or(bit, std::memory_order_acq_rel);
-    }
-    return ok;
+    return cluster_launch_fits(fn, Cfg::kThreads, kSmem, split) > 0;
   }
 
   static GemmKernelInfo info() {

@@ -45,8 +45,8 @@ class DeviceGuard {
 int multiprocessor_count(int device);
 /// The major compute capability of `device` (9 on an H100), queried once per device.
 int compute_capability_major(int device);
-/// Bytes of shared memory a block of `device` may use after opting in (227 KiB on sm_80/sm_90, 99 KiB on sm_86/sm_89),
-/// queried once per device.
+/// Bytes of shared memory a block of `device` may use after opting in (227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on
+/// sm_86/sm_89), queried once per device.
 int shared_memory_per_block_optin(int device);
 
 namespace detail {
