@@ -98,7 +98,7 @@ if has_step bench; then
     name=$(basename "$b")
     timeout 240 "$b" >"$OUT/$name.txt" 2>&1
     note "== $name (rc=$?)"
-    tail -${BENCH_TAIL:-30} "$OUT/$name.txt" | tee -a "$SUMMARY"
+    tail -${BENCH_TAIL:-70} "$OUT/$name.txt" | tee -a "$SUMMARY"
   done
 fi
 if has_step profile; then
