@@ -73,7 +73,9 @@ bool split_runs(DType in_dtype, bool trans_a, bool trans_b, int split) {
 /// Blocks per split-K cluster for the small tile (1: no split). Where clusters run (split_runs), the most of 2, 4
 /// and 8 whose clusters still fit one block per SM and leave every block at least two tiles of K (a pipeline with
 /// something to overlap): 128 × 512 × 784 in f16 is 16 tiles of 25 K steps, split 8 ways into 128 blocks of
-/// 3-4 steps. A problem that already has a block for every SM is not split.
+/// 3-4 steps. A problem that already has a block for every SM is not split. Results are bit-reproducible for
+/// one device and configuration only: S follows the SM count (128 × 512 × 784 splits 8 ways on a 132-SM H100 SXM,
+/// 4 on a 114-SM H100 PCIe) and whether clusters run (set_allow_clusters, MPS limits).
 int choose_split(int64_t m, int64_t n, int64_t k, int64_t batches, DType in_dtype, bool trans_a, bool trans_b) {
   constexpr int64_t kBM = 64, kBN = 64;  // gemm::SmallTile
   static_assert(gemm::SmallTile<__half>::BM == kBM && gemm::SmallTile<__half>::BN == kBN &&

@@ -256,10 +256,11 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_errors_naming_the_shapes) {
 
 BOOST_AUTO_TEST_CASE(cluster_switch_round_trips) {
   BOOST_TEST(mt::cuda::allow_clusters());  // on by default
-  mt::cuda::set_allow_clusters(false);
-  BOOST_TEST(!mt::cuda::allow_clusters());
-  mt::cuda::set_allow_clusters(true);
-  BOOST_TEST(mt::cuda::allow_clusters());
+  {
+    const mt::test::AllowClusters off(false);
+    BOOST_TEST(!mt::cuda::allow_clusters());
+  }
+  BOOST_TEST(mt::cuda::allow_clusters());  // back when the scope ends
   // Names for every tile (messages and the benchmark).
   for (GemmTile tile : {GemmTile::kAuto, GemmTile::kLarge, GemmTile::kSmall, GemmTile::kSplitK2, GemmTile::kSplitK4,
                         GemmTile::kSplitK8})
@@ -366,27 +367,36 @@ BOOST_AUTO_TEST_CASE(operands_without_16_byte_rows, MT_GPU_TEST) {
 // K split over thread-block clusters (sm_90 and newer; earlier devices run the forced splits as the small tile
 // unsplit, and these cases then check that). Ranges of K are uneven (k = 1000 is 32 steps of 32 for halves, 63
 // of 16 for TF32) or shorter than the cluster (k = 20: one step, the other ranks add zeros; k = 0: the bias).
+// On sm_90 every case must have launched as clusters: a split that quietly ran unsplit (split_k_runs saying no
+// for one dtype or layout) would pass the comparisons.
 BOOST_AUTO_TEST_CASE(split_k_over_clusters, MT_GPU_TEST) {
-  if (mt::cuda::device_properties(mt::cuda::current_device()).major < 9)
-    BOOST_TEST_MESSAGE("cuda_gemm_gpu/split_k_over_clusters: device before sm_90, the split cases run unsplit");
+  const bool sm90 = mt::cuda::device_properties(mt::cuda::current_device()).major >= 9;
+  if (!sm90) BOOST_TEST_MESSAGE("cuda_gemm_gpu/split_k_over_clusters: device before sm_90, the split cases run unsplit");
+  const auto run_split = [sm90](const Case& cs) {
+    mt::cuda::reset_debug_counters();
+    run_case(cs);
+    if (sm90)
+      BOOST_TEST(mt::cuda::debug_counters().cluster_launches == 1,
+                 cs.str() << ": " << mt::cuda::debug_counters().cluster_launches << " cluster launches, expected 1");
+  };
   for (GemmTile tile : {GemmTile::kSplitK2, GemmTile::kSplitK4, GemmTile::kSplitK8}) {
     for (DType in : kInputs)
       for (int l = 0; l < 4; ++l)
-        run_case({.m = 200, .n = 304, .k = 1000, .in = in, .ta = (l & 1) != 0, .tb = (l & 2) != 0, .tile = tile});
+        run_split({.m = 200, .n = 304, .k = 1000, .in = in, .ta = (l & 1) != 0, .tb = (l & 2) != 0, .tile = tile});
     for (DType out : kOutputs)
       for (bool relu : {false, true}) {
-        run_case({.m = 130, .n = 100, .k = 520, .in = mt::kBF16, .out = out, .tb = true, .bias = true,
-                  .bias_dtype = out, .relu = relu, .tile = tile});
-        run_case({.m = 70, .n = 90, .k = 20, .out = out, .bias = true, .relu = relu, .tile = tile});
-        run_case({.m = 33, .n = 65, .k = 0, .out = out, .bias = relu, .relu = relu, .tile = tile});
+        run_split({.m = 130, .n = 100, .k = 520, .in = mt::kBF16, .out = out, .tb = true, .bias = true,
+                   .bias_dtype = out, .relu = relu, .tile = tile});
+        run_split({.m = 70, .n = 90, .k = 20, .out = out, .bias = true, .relu = relu, .tile = tile});
+        run_split({.m = 33, .n = 65, .k = 0, .out = out, .bias = relu, .relu = relu, .tile = tile});
       }
-    run_case({.m = 96, .n = 136, .k = 300, .ta = true, .batches = 3, .tile = tile, .broadcast_b = true});
+    run_split({.m = 96, .n = 136, .k = 300, .ta = true, .batches = 3, .tile = tile, .broadcast_b = true});
     for (DType in : kInputs)  // no 16-byte rows: element loads from a K offset in every layout
       for (int l = 0; l < 4; ++l)
-        run_case({.m = 100, .n = 90, .k = 777, .in = in, .ta = (l & 1) != 0, .tb = (l & 2) != 0, .tile = tile,
-                  .off_b = 1});
-    run_case({.m = 128, .n = 512, .k = 784, .in = mt::kF16, .out = mt::kF16, .tb = true, .bias = true, .relu = true,
-              .tile = tile});  // the MNIST forward
+        run_split({.m = 100, .n = 90, .k = 777, .in = in, .ta = (l & 1) != 0, .tb = (l & 2) != 0, .tile = tile,
+                   .off_b = 1});
+    run_split({.m = 128, .n = 512, .k = 784, .in = mt::kF16, .out = mt::kF16, .tb = true, .bias = true,
+               .relu = true, .tile = tile});  // the MNIST forward
   }
 }
 
@@ -426,22 +436,21 @@ BOOST_AUTO_TEST_CASE(split_k_is_deterministic_and_runs, MT_GPU_TEST) {
     BOOST_TEST(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)) != 0,
                "split 8 and unsplit gave the same bits: the split did not run");
     // Clusters off: kAuto and a forced split run the small tile unsplit.
-    mt::cuda::set_allow_clusters(false);
+    const mt::test::AllowClusters off(false);
     BOOST_TEST((kc::gemm_tensor_core_tile(m, n, k, 1, mt::kF16, {a.ptr(), a.ld, false, 0}, {b.ptr(), b.ld, true, 0}) ==
                 GemmTile::kSmall));
     mt::cuda::reset_debug_counters();
     run_case({.m = 128, .n = 512, .k = 784, .tb = true, .tile = GemmTile::kSplitK8});
     BOOST_TEST(mt::cuda::debug_counters().cluster_launches == 0);
-    mt::cuda::set_allow_clusters(true);
   }
 }
 
 // More batches than a grid's y dimension (65535): blocks loop over batches, the pipeline's shared memory is reused
-// (after a cluster barrier when split).
+// (after a cluster barrier when split). B differs per batch, so a peer that read a block's partial sums after that
+// block had stored its next batch's would add wrong numbers.
 BOOST_AUTO_TEST_CASE(more_batches_than_grid_rows, MT_GPU_TEST MT_LARGE_TEST) {
   for (GemmTile tile : {GemmTile::kSmall, GemmTile::kSplitK2})
-    run_case({.m = 16, .n = 16, .k = 64, .out = mt::kF16, .batches = 65537, .tile = tile, .broadcast_a = true,
-              .broadcast_b = true});
+    run_case({.m = 16, .n = 16, .k = 64, .out = mt::kF16, .batches = 65537, .tile = tile, .broadcast_a = true});
 }
 
 // Large squares (sampled references): ctest runs them; the sanitizer runs skip them (MT_LARGE_TEST).

@@ -346,12 +346,11 @@ BOOST_AUTO_TEST_CASE(layer_norm_long_rows_with_parameters, MT_GPU_TEST MT_LARGE_
                                              << mt::cuda::debug_counters().cluster_launches << " cluster launches");
     }
   // The two-pass path the other devices run, on this one too.
-  mt::cuda::set_allow_clusters(false);
+  const mt::test::AllowClusters off(false);
   mt::cuda::reset_debug_counters();
   for (DType dt : kFloatDTypes)
     check_layer_norm(randn_as({300, 20480}, dt), 20480, randn_as({20480}, dt), randn_as({20480}, dt),
                      "long rows, clusters off");
-  mt::cuda::set_allow_clusters(true);
   BOOST_TEST(mt::cuda::debug_counters().cluster_launches == 0);
 }
 

@@ -17,6 +17,21 @@ struct cuda_available {
   }
 };
 
+/// set_allow_clusters for a scope: the previous value comes back when the scope ends, also when a check throws
+/// (a test that failed half-way must not leave the clusters off for the cases after it).
+class AllowClusters {
+ public:
+  explicit AllowClusters(bool allow) : m_before(mixtape::cuda::allow_clusters()) {
+    mixtape::cuda::set_allow_clusters(allow);
+  }
+  ~AllowClusters() { mixtape::cuda::set_allow_clusters(m_before); }
+  AllowClusters(const AllowClusters&) = delete;
+  AllowClusters& operator=(const AllowClusters&) = delete;
+
+ private:
+  bool m_before;
+};
+
 }  // namespace mixtape::test
 
 /// Decorators for a GPU test case: `BOOST_AUTO_TEST_CASE(name, MT_GPU_TEST)`.
