@@ -21,10 +21,13 @@
 // dweight/dbias are column sums over rows. For rows of up to 8192 elements the
 // backward's dx kernel sums them too, per block in shared memory, while it
 // has dy and x in registers (one read of each: 3 tensor passes in all); a
-// final kernel adds the blocks' partials of each column in block order. For
-// longer rows a second kernel re-reads dy and x: each block sums a fixed chunk
-// of rows for 256 columns, then the chunks are added in order. No float
-// atomics, so the result is the same on every run.
+// final kernel adds the blocks' partials of each column in block order. Rows
+// of 8193-32768 elements on sm_90 do the same one pass with a thread-block
+// cluster of 3-8 blocks sharing each row (its two sums meet in distributed
+// shared memory). Elsewhere longer rows take a second kernel that re-reads dy
+// and x: each block sums a fixed chunk of rows for 256 columns, then the chunks
+// are added in order. No float atomics, so the result is the same on every run
+// (of one device and configuration).
 // Outputs are freshly allocated and overwritten.
 #include <mixtape/cuda/cluster.cuh>
 #include <mixtape/cuda/nn.h>
@@ -705,27 +708,16 @@ constexpr int64_t kFusedMaxM = 8192;
 
 /// How many blocks of `kernel` (cluster 1), or clusters of `cluster` blocks, fit on the device at once with `smem`
 /// bytes of dynamic shared memory a block; clusters: 0 where they cannot run at all (cluster_launch_fits). The
-/// kernel may then be launched with `smem` bytes: above 48 KiB its dynamic shared-memory limit is raised to all the
-/// device allows next to its static shared memory, once per kernel and device, so that no later, smaller request
-/// lowers it under an earlier one. The answers are kept: the attribute call and the occupancy queries cost
-/// microseconds, and every backward of a layer asks.
+/// caller has made sure `smem` fits the kernel (shared_memory_fits, which raises its limit where needed). The
+/// answers are kept: the occupancy queries cost microseconds, and every backward of a layer asks.
 template <class Kernel>
 int64_t resident(Kernel kernel, int block, size_t smem, int cluster, int device) {
   using Key = std::tuple<const void*, int, size_t, int, int>;  // kernel, block, smem, cluster, device
   static std::mutex mutex;
-  static std::map<Key, int64_t> known;  // Key → blocks or clusters; block 0: the shared-memory limit was raised
-  const void* const fn = reinterpret_cast<const void*>(kernel);
+  static std::map<Key, int64_t> known;  // Key → blocks or clusters
+  const Key key{reinterpret_cast<const void*>(kernel), block, smem, cluster, device};
   std::lock_guard<std::mutex> lock(mutex);
-  if (const auto it = known.find(Key{fn, block, smem, cluster, device}); it != known.end()) return it->second;
-  if (smem > 48 * 1024 && !known.count(Key{fn, 0, 0, 0, device})) {
-    // Dynamic and static shared memory together may not exceed the allowance (the reductions' buffers are static).
-    cudaFuncAttributes attr{};
-    MT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel), "layer_norm_backward: kernel attributes");
-    const int most = ::mixtape::cuda::shared_memory_per_block_optin(device) - static_cast<int>(attr.sharedSizeBytes);
-    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most),
-                  "layer_norm_backward: allowing ", most, " bytes of dynamic shared memory");
-    known.emplace(Key{fn, 0, 0, 0, device}, 0);
-  }
+  if (const auto it = known.find(key); it != known.end()) return it->second;
   int64_t count = 0;
   if (cluster > 1) {
     count = cluster_launch_fits(kernel, block, smem, cluster);
@@ -737,7 +729,7 @@ int64_t resident(Kernel kernel, int block, size_t smem, int cluster, int device)
              " bytes of shared memory does not fit a multiprocessor");
     count = static_cast<int64_t>(per_sm) * ::mixtape::cuda::multiprocessor_count(device);
   }
-  known.emplace(Key{fn, block, smem, cluster, device}, count);
+  known.emplace(key, count);
   return count;
 }
 
@@ -870,7 +862,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
       // where the columns do not fit the device's shared memory.
       auto fused = [&](auto kernel, int rows_per_block, int block, auto... more) {
         const size_t smem = static_cast<size_t>(rows_per_block) * 2 * static_cast<size_t>(M) * sizeof(Acc);
-        if (!shared_memory_fits(smem)) return false;
+        if (!shared_memory_fits(kernel, smem)) return false;
         const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block,
                                                  resident(kernel, block, smem, 1, device.index));
         const Tensor part = empty({blocks, 2, M}, acc);
@@ -905,7 +897,9 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
         const int n = static_cast<int>(M / kVec<T>), S = (n + kSlabPacks - 1) / kSlabPacks, ns = (n + S - 1) / S;
         const size_t smem = 2 * static_cast<size_t>(kVec<T>) * static_cast<size_t>(ns) * sizeof(Acc);
         const auto kernel = layer_norm_bwd_cluster_kernel<T>;
-        if (const int64_t fit = resident(kernel, kClusterBlock, smem, S, device.index); fit > 0) {
+        const int64_t fit =
+            shared_memory_fits(kernel, smem) ? resident(kernel, kClusterBlock, smem, S, device.index) : 0;
+        if (fit > 0) {
           const int64_t clusters = std::min<int64_t>(rows, fit);
           const Tensor part = empty({clusters, 2, M}, acc);
           cudaLaunchAttribute attribute{};
@@ -930,8 +924,8 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
         using Cfg = decltype(cfg);
         constexpr bool kStash = kStashes<Cfg>;
         const size_t smem = kStash ? sizeof(Pack<T, kVec<T>>) * Cfg::packs * Cfg::block : 0;
-        if (!shared_memory_fits(smem)) return;  // x's stash of up to 128 KiB: the strided kernel below
         const auto kernel = layer_norm_bwd_dx_kernel<T, Cfg::per_row, Cfg::block, Cfg::packs, kStash, false>;
+        if (!shared_memory_fits(kernel, smem)) return;  // x's stash of up to 128 KiB: the strided kernel below
         launch_rows<Cfg::per_row, Cfg::block>(kernel, op, rows, M, smem, gp, xp, mp, rp, wp, dxp, no_part, rows,
                                               static_cast<int>(M));
         done = true;

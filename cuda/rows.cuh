@@ -28,6 +28,7 @@
 #include <mixtape/core/dtype.h>
 #include <mixtape/cuda/check.h>
 #include <mixtape/cuda/launch.cuh>
+#include <mixtape/cuda/runtime.h>
 #include <mixtape/cuda/stream.cuh>
 
 namespace mixtape::kernels::cuda::rowwise {
@@ -96,24 +97,24 @@ bool with_row_config(int64_t n, F&& f) {
 /// The longest row the row kernels take: their int element indices step up to 1024 past a row's end.
 constexpr int64_t kMaxRowLength = std::numeric_limits<int>::max() - 1024;
 
-/// Whether a block may have `smem` bytes of dynamic shared memory on the current device. The register kernels that
-/// keep part of a row there (up to 128 KiB) fall back to the strided ones where not (sm_86/sm_89 allow 99 KiB).
-inline bool shared_memory_fits(size_t smem) {
-  if (smem <= 48 * 1024) return true;
-  int device = 0;
-  MT_CUDA_CHECK(cudaGetDevice(&device), "cuda: querying the current device");
-  return smem <= static_cast<size_t>(::mixtape::cuda::shared_memory_per_block_optin(device));
+/// Whether `kernel` may have `smem` bytes of dynamic shared memory a block on the current device, its limit raised
+/// where needed (dynamic_shared_memory_fits: the kernels' static reduction buffers count against the same 48 KiB).
+/// The register kernels that keep part of a row there (up to 128 KiB) fall back to the strided ones where not
+/// (sm_86/sm_89 allow 99 KiB).
+template <class Kernel>
+bool shared_memory_fits(Kernel kernel, size_t smem) {
+  if (smem == 0) return true;
+  return ::mixtape::cuda::dynamic_shared_memory_fits(kernel, smem, ::mixtape::cuda::current_device());
 }
 
 /// Launches `kernel` with kPerRow threads per row, blocks of kBlock threads and `smem` bytes of dynamic shared
-/// memory (above 48 KiB a kernel must ask for it first) on the current stream.
+/// memory (its limit raised where needed: shared_memory_fits) on the current stream.
 template <int kPerRow, int kBlock, class Kernel, class... Args>
 void launch_rows(Kernel kernel, const char* name, int64_t rows, int64_t C, size_t smem, Args... args) {
   constexpr int kRowsPerBlock = kBlock / kPerRow;
   const int64_t blocks = std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxGrid);
-  if (smem > 48 * 1024)
-    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                  name, ": asking for ", smem, " bytes of shared memory (rows of ", C, ")");
+  MT_CHECK(shared_memory_fits(kernel, smem), name, ": ", smem, " bytes of shared memory a block do not fit cuda:",
+           ::mixtape::cuda::current_device(), " (rows of ", C, ")");
   kernel<<<static_cast<unsigned>(blocks), kBlock, smem, ::mixtape::cuda::launch_stream()>>>(args...);
   MT_CUDA_CHECK_LAUNCH(name, " (", rows, " rows of ", C, ")");
 }

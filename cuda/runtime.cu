@@ -21,7 +21,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <cuda_runtime.h>
@@ -412,6 +414,33 @@ int compute_capability_major(int device) {
 
 int shared_memory_per_block_optin(int device) {
   return cached_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device, "the shared memory a block may opt in to");
+}
+
+bool dynamic_shared_memory_fits(const void* kernel, size_t smem, int device) {
+  struct Limits {
+    size_t now;   // the kernel's dynamic shared-memory limit as it stands
+    size_t most;  // what the device allows next to the kernel's static shared memory
+  };
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, Limits> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find({kernel, device});
+  if (it == known.end()) {
+    cudaFuncAttributes attr{};
+    MT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel), "cuda: the attributes of a kernel on cuda:", device);
+    const int most = shared_memory_per_block_optin(device) - static_cast<int>(attr.sharedSizeBytes);
+    const Limits limits{static_cast<size_t>(std::max(attr.maxDynamicSharedSizeBytes, 0)),
+                        static_cast<size_t>(std::max(most, 0))};
+    it = known.emplace(std::pair{kernel, device}, limits).first;
+  }
+  Limits& limits = it->second;
+  if (smem <= limits.now) return true;
+  if (smem > limits.most) return false;
+  const int most = static_cast<int>(limits.most);
+  MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most),
+                "cuda: allowing a kernel ", most, " bytes of dynamic shared memory on cuda:", device);
+  limits.now = limits.most;
+  return true;
 }
 
 }  // namespace cuda

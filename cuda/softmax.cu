@@ -524,9 +524,9 @@ Tensor softmax_backward(const Tensor& dy_in, const Tensor& y_in, int64_t dim, bo
           using Cfg = decltype(cfg);
           constexpr bool kStash = kStashes<Cfg>;
           const size_t smem = kStash ? sizeof(Pack<T, kVec<T>>) * Cfg::packs * Cfg::block : 0;
-          if (!shared_memory_fits(smem)) return;  // y's stash of up to 128 KiB: the strided kernel below
-          launch_rows<Cfg::per_row, Cfg::block>(softmax_bwd_kernel<T, Cfg::per_row, Cfg::block, Cfg::packs, kStash>,
-                                                op, L.outer, L.C, smem, gp, yp, dxp, L.outer, C, log);
+          const auto kernel = softmax_bwd_kernel<T, Cfg::per_row, Cfg::block, Cfg::packs, kStash>;
+          if (!shared_memory_fits(kernel, smem)) return;  // y's stash of up to 128 KiB: the strided kernel below
+          launch_rows<Cfg::per_row, Cfg::block>(kernel, op, L.outer, L.C, smem, gp, yp, dxp, L.outer, C, log);
           done = true;
         });
       }

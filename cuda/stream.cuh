@@ -49,6 +49,19 @@ int compute_capability_major(int device);
 /// sm_86/sm_89), queried once per device.
 int shared_memory_per_block_optin(int device);
 
+/// Whether `kernel` may be launched on `device` (the current device) with `smem` bytes of dynamic shared memory,
+/// making it so where it can be. A kernel's static and dynamic shared memory together get 48 KiB unless it opts in,
+/// and never more than shared_memory_per_block_optin; so 48 KiB of dynamic memory do not fit a kernel with any
+/// static shared memory (a block reduction's buffer) until it opts in. Past its current limit the kernel's limit
+/// is raised, once per kernel and device, to all the device allows next to its static shared memory (a later,
+/// smaller request never lowers it under a launch of an earlier one). False, raising nothing, where `smem` cannot
+/// fit at all (a row stash of 128 KiB on sm_86/sm_89, which allow 99). The kernel's attributes are asked once.
+bool dynamic_shared_memory_fits(const void* kernel, size_t smem, int device);
+template <class Kernel>
+bool dynamic_shared_memory_fits(Kernel* kernel, size_t smem, int device) {
+  return dynamic_shared_memory_fits(reinterpret_cast<const void*>(kernel), smem, device);
+}
+
 namespace detail {
 /// Bumped by every host wait the runtime performs (stream, event or device synchronize): debug_counters().
 void count_synchronization() noexcept;

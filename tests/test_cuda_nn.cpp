@@ -354,12 +354,31 @@ BOOST_AUTO_TEST_CASE(layer_norm_long_rows_with_parameters, MT_GPU_TEST MT_LARGE_
   BOOST_TEST(mt::cuda::debug_counters().cluster_launches == 0);
 }
 
-// A few rows of the cluster kernel's shortest and longest lengths, small enough for compute-sanitizer.
+// A few rows of the cluster kernel's shortest and longest lengths, small enough for compute-sanitizer (which must
+// see the cluster kernel itself on sm_90, not the two-pass path).
 BOOST_AUTO_TEST_CASE(layer_norm_cluster_kernel_under_sanitizers, MT_GPU_TEST) {
   mt::manual_seed(14);
+  mt::cuda::reset_debug_counters();
   for (DType dt : {mt::kF32, mt::kBF16})
     for (int64_t M : {8200, 32768})
       check_layer_norm(randn_as({12, M}, dt), M, randn_as({M}, dt), randn_as({M}, dt), "long rows, a few");
+  if (mt::cuda::device_properties(mt::cuda::current_device()).major >= 9)
+    BOOST_TEST(mt::cuda::debug_counters().cluster_launches == 4);
+}
+
+// Dynamic shared memory of exactly 48 KiB in kernels that also have static shared memory (their reductions'): past
+// the 48 KiB a kernel gets without opting in, so its limit must be raised first. The fused backward's columns of
+// rows of 6144 (2 · 6144 f32, in the register kernel, and in the strided one for misaligned data) and of f64 rows
+// of 3072 (2 · 3072 f64).
+BOOST_AUTO_TEST_CASE(layer_norm_shared_memory_at_48_kib, MT_GPU_TEST) {
+  mt::manual_seed(15);
+  for (DType dt : kFloatDTypes) {
+    check_layer_norm(randn_as({50, 6144}, dt), 6144, randn_as({6144}, dt), randn_as({6144}, dt), "48 KiB of columns");
+    check_layer_norm(randn_as({50, 6144}, dt), 6144, randn_as({6144}, dt), Tensor(), "48 KiB of columns, misaligned",
+                     Misalign::kData);
+  }
+  check_layer_norm(randn_as({50, 3072}, mt::kF64), 3072, randn_as({3072}, mt::kF64), randn_as({3072}, mt::kF64),
+                   "f64, 48 KiB of columns");
 }
 
 // f64 through every path: warp and block rows, fused columns (<= 8192) and the parameter pass, odd lengths.
