@@ -317,14 +317,16 @@ struct BwdRows {
 
 constexpr int kSumThreads = 1024;
 
-/// The loss's reductions, out = (Σ loss, rows whose target is not ignore_index, their quotient), by one block:
+/// The loss's reductions (Σ loss, rows whose target is not ignore_index, their quotient), by one block:
 /// thread t sums rows t, t + kSumThreads, … in order, then cub::BlockReduce — a fixed order, so every run gives
 /// the same bits. One small kernel after the rows' one, instead of the five a sum, a count and a division took.
 template <class Acc>
 __global__ void __launch_bounds__(kSumThreads) cross_entropy_sum_kernel(const Acc* __restrict__ loss,        // (rows)
                                                                         const int64_t* __restrict__ target,  // (rows)
                                                                         int64_t rows, int64_t ignore_index,
-                                                                        Acc* __restrict__ out) {  // (3)
+                                                                        Acc* __restrict__ sum_out,    // 0-d
+                                                                        Acc* __restrict__ count_out,  // 0-d
+                                                                        Acc* __restrict__ mean_out) {  // 0-d
   using SumReduce = cub::BlockReduce<Acc, kSumThreads>;
   using CountReduce = cub::BlockReduce<int64_t, kSumThreads>;
   __shared__ union {
@@ -341,9 +343,9 @@ __global__ void __launch_bounds__(kSumThreads) cross_entropy_sum_kernel(const Ac
   __syncthreads();  // tmp is reused
   const int64_t counted = CountReduce(tmp.count).Sum(c);
   if (threadIdx.x == 0) {
-    out[0] = sum;
-    out[1] = static_cast<Acc>(counted);
-    out[2] = sum / static_cast<Acc>(counted);
+    *sum_out = sum;
+    *count_out = static_cast<Acc>(counted);
+    *mean_out = sum / static_cast<Acc>(counted);
   }
 }
 
@@ -356,9 +358,10 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target_in, 
   const char* op = "cross_entropy_fwd_kernel";
   const int64_t rows = logits.size(0), C = logits.size(1);
   const TensorOptions stats = TensorOptions(acc_dtype_of(logits.dtype())).device(logits.device());
-  const Tensor sums = empty({3}, stats);  // sum, count, mean
-  CrossEntropyResult r{empty({rows}, stats), empty({rows}, stats), raw::select(sums, 0, 0), raw::select(sums, 0, 1),
-                       raw::select(sums, 0, 2)};
+  // sum, count and mean in storages of their own, as the CPU's: the autograd node saves count, and an in-place
+  // write to the returned loss must not bump the version of what it saved.
+  CrossEntropyResult r{empty({rows}, stats), empty({rows}, stats), empty({}, stats), empty({}, stats),
+                       empty({}, stats)};
   MT_CHECK(C <= kMaxRowLength, op, ": rows of ", C, " classes are too long");
   const Tensor x = raw::contiguous(logits), target = raw::contiguous(target_in);
   DeviceGuard guard(x.device());
@@ -391,7 +394,8 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target_in, 
     }
     // With no rows: sum 0, count 0, mean NaN, as the CPU's.
     cross_entropy_sum_kernel<Acc><<<1, kSumThreads, 0, ::mixtape::cuda::launch_stream()>>>(
-        r.loss.data<Acc>(), target.data<int64_t>(), rows, ignore_index, sums.data<Acc>());
+        r.loss.data<Acc>(), target.data<int64_t>(), rows, ignore_index, r.sum.data<Acc>(), r.count.data<Acc>(),
+        r.mean.data<Acc>());
     MT_CUDA_CHECK_LAUNCH("cross_entropy_sum_kernel (", rows, " rows)");
   });
   return r;

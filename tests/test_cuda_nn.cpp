@@ -698,6 +698,26 @@ BOOST_AUTO_TEST_CASE(cross_entropy_forward_backward, MT_GPU_TEST) {
         }
 }
 
+// The loss returned shares no storage with what the node saved (the count of counted rows): a write into the loss
+// after the forward leaves the backward as on the CPU (the CUDA forward once returned views of one 3-element
+// buffer, and the write bumped the saved count's version).
+BOOST_AUTO_TEST_CASE(cross_entropy_loss_written_in_place, MT_GPU_TEST) {
+  mt::manual_seed(12);
+  for (mt::Reduction reduction : {mt::Reduction::kMean, mt::Reduction::kSum}) {
+    Leaf logits(randn_as({16, 10}, mt::kF32));
+    const Tensor target = mt::randint(0, 10, {16});
+    const mt::CrossEntropyOptions o{.reduction = reduction};
+    const Tensor loss_cpu = mt::cross_entropy(logits.cpu, target, o);
+    const Tensor loss_gpu = mt::cross_entropy(logits.gpu, target.to(Device::cuda()), o);
+    loss_cpu.detach().fill_(5.0);
+    loss_gpu.detach().fill_(5.0);
+    loss_cpu.backward();
+    BOOST_REQUIRE_NO_THROW(loss_gpu.backward());
+    expect_close(logits.gpu.grad(), logits.cpu.grad(), mt::test::tolerance(mt::kF32), order_allowance(10),
+                 "cross_entropy's gradient after a write into its loss");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(softmax_forward_backward, MT_GPU_TEST) {
   mt::manual_seed(12);
   for (DType dt : kFloatDTypes)
