@@ -365,8 +365,9 @@ BOOST_AUTO_TEST_CASE(operands_without_16_byte_rows, MT_GPU_TEST) {
 }
 
 // K split over thread-block clusters (sm_90 and newer; earlier devices run the forced splits as the small tile
-// unsplit, and these cases then check that). Ranges of K are uneven (k = 1000 is 32 steps of 32 for halves, 63
-// of 16 for TF32) or shorter than the cluster (k = 20: one step, the other ranks add zeros; k = 0: the bias).
+// unsplit, and these cases then check that). Ranges of K are uneven (k = 264 is 9 steps of 32 for halves, 17 of
+// 16 for TF32; small enough for the sanitizer runs) or shorter than the cluster (k = 20: one step, the other ranks
+// add zeros; k = 0: the bias).
 // On sm_90 every case must have launched as clusters: a split that quietly ran unsplit (split_k_runs saying no
 // for one dtype or layout) would pass the comparisons.
 BOOST_AUTO_TEST_CASE(split_k_over_clusters, MT_GPU_TEST) {
@@ -382,7 +383,7 @@ BOOST_AUTO_TEST_CASE(split_k_over_clusters, MT_GPU_TEST) {
   for (GemmTile tile : {GemmTile::kSplitK2, GemmTile::kSplitK4, GemmTile::kSplitK8}) {
     for (DType in : kInputs)
       for (int l = 0; l < 4; ++l)
-        run_split({.m = 200, .n = 304, .k = 1000, .in = in, .ta = (l & 1) != 0, .tb = (l & 2) != 0, .tile = tile});
+        run_split({.m = 200, .n = 304, .k = 264, .in = in, .ta = (l & 1) != 0, .tb = (l & 2) != 0, .tile = tile});
     for (DType out : kOutputs)
       for (bool relu : {false, true}) {
         run_split({.m = 130, .n = 100, .k = 520, .in = mt::kBF16, .out = out, .tb = true, .bias = true,
