@@ -32,7 +32,6 @@
 // unsplit one (a cluster of one block).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -47,6 +46,7 @@
 #include <mixtape/cuda/check.h>
 #include <mixtape/cuda/cluster.cuh>
 #include <mixtape/cuda/gemm.cuh>
+#include <mixtape/cuda/runtime.h>
 #include <mixtape/cuda/stream.cuh>
 
 namespace mixtape::kernels::cuda {
@@ -471,16 +471,12 @@ struct Kernel {
     return s;
   }
 
-  /// Raises the kernel's dynamic shared memory limit once per device (above 48 KB needs an opt-in).
+  /// Makes the kernel's kSmem bytes of dynamic shared memory launchable on the current device (the large tile's
+  /// 136 KB need the opt-in): dynamic_shared_memory_fits, which raises the limit once per kernel and device.
   static void prepare() {
-    static std::atomic<uint64_t> done{0};
-    int device = 0;
-    MT_CUDA_CHECK(cudaGetDevice(&device), "gemm: querying the current device");
-    const uint64_t bit = uint64_t{1} << (device & 63);
-    if (done.load(std::memory_order_acquire) & bit) return;
-    MT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                  "gemm: allowing ", kSmem, " bytes of shared memory for ", name(), " on cuda:", device);
-    done.fetch_or(bit, std::memory_order_acq_rel);
+    const int device = ::mixtape::cuda::current_device();
+    MT_CHECK(::mixtape::cuda::dynamic_shared_memory_fits(fn, kSmem, device), "gemm: ", name(), " needs ", kSmem,
+             " bytes of shared memory a block, more than cuda:", device, " allows");
   }
 
   /// kSplitK: launched as clusters of `split` (2..8) blocks along x that share each tile (sm_90 and newer);
