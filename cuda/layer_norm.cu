@@ -712,23 +712,19 @@ constexpr int64_t kFusedMaxM = 8192;
 /// answers are kept: the occupancy queries cost microseconds, and every backward of a layer asks.
 template <class Kernel>
 int64_t resident(Kernel kernel, int block, size_t smem, int cluster, int device) {
-  using Key = std::tuple<const void*, int, size_t, int, int>;  // kernel, block, smem, cluster, device
+  if (cluster > 1) return cluster_launch_fits(kernel, block, smem, cluster);  // which keeps its own answers
+  using Key = std::tuple<const void*, int, size_t, int>;  // kernel, block, smem, device
   static std::mutex mutex;
-  static std::map<Key, int64_t> known;  // Key → blocks or clusters
-  const Key key{reinterpret_cast<const void*>(kernel), block, smem, cluster, device};
+  static std::map<Key, int64_t> known;  // Key → blocks
+  const Key key{reinterpret_cast<const void*>(kernel), block, smem, device};
   std::lock_guard<std::mutex> lock(mutex);
   if (const auto it = known.find(key); it != known.end()) return it->second;
-  int64_t count = 0;
-  if (cluster > 1) {
-    count = cluster_launch_fits(kernel, block, smem, cluster);
-  } else {
-    int per_sm = 0;
-    MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem),
-                  "layer_norm_backward: occupancy query");
-    MT_CHECK(per_sm > 0, "layer_norm_backward: a block of ", block, " threads with ", smem,
-             " bytes of shared memory does not fit a multiprocessor");
-    count = static_cast<int64_t>(per_sm) * ::mixtape::cuda::multiprocessor_count(device);
-  }
+  int per_sm = 0;
+  MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem),
+                "layer_norm_backward: occupancy query");
+  MT_CHECK(per_sm > 0, "layer_norm_backward: a block of ", block, " threads with ", smem,
+           " bytes of shared memory does not fit a multiprocessor");
+  const int64_t count = static_cast<int64_t>(per_sm) * ::mixtape::cuda::multiprocessor_count(device);
   known.emplace(key, count);
   return count;
 }
