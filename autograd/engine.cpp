@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <mixtape/ops/kernels.h>
+#include <mixtape/autograd/hooks.h>
 
 namespace mixtape {
 namespace autograd {
@@ -22,6 +22,7 @@ namespace {
 
 std::atomic<int64_t> g_live_nodes{0};
 std::atomic<uint64_t> g_next_sequence_nr{0};
+constinit OpHooks g_op_hooks{};
 
 AutogradMeta* meta_of(const Tensor& t) { return t.defined() ? t.impl()->autograd.get() : nullptr; }
 
@@ -79,14 +80,20 @@ void check_finite(const Tensor& t, const char* op, const char* direction, const 
     }
   } restore{st, saved};
   // max(|x|) is finite exactly when every element is (NaN propagates through max).
-  Tensor m = kernels::reduce(kernels::ReduceOp::kMax, kernels::unary(kernels::UnaryOp::kAbs, t), {}, false,
-                             DType::kF64);
-  double v = m.item<double>();
+  const double v = op_hooks().max_abs(t);
   MT_CHECK(std::isfinite(v), "anomaly: ", direction, " of ", op, " (", t.dtype(), ") produced a non-finite value in ",
            what, " (shape ", t.shape(), ", max |x| = ", v, ")");
 }
 
 }  // namespace detail
+
+void install_op_hooks(const OpHooks& hooks) noexcept { g_op_hooks = hooks; }
+
+const OpHooks& op_hooks() {
+  MT_CHECK(g_op_hooks.accumulate && g_op_hooks.max_abs && g_op_hooks.take_noted_kernel,
+           "autograd: the op layer has not installed its hooks (ops/tape_hooks.cpp is not linked in)");
+  return g_op_hooks;
+}
 
 // ---- Ctx ---------------------------------------------------------------------------
 
@@ -144,31 +151,41 @@ int64_t tape_size() { return g_live_nodes.load(); }
 
 namespace {
 
-/// Adds `g` into `slot` (which may be undefined), in `slot`'s dtype.
-void accumulate(Tensor& slot, Tensor g) {
-  if (!slot.defined()) {
-    slot = std::move(g);
+/// A gradient being summed over the edges that reach one place. The first term is kept as it came (it may alias a
+/// tensor another edge also received: add's backward passes dy to both inputs); adding the second makes a tensor the
+/// tape owns, and every later term is added into it in place, without an allocation.
+struct GradSum {
+  Tensor t;
+  bool owned = false;
+};
+
+/// Adds `g` into `sum`, in the sum's dtype.
+void accumulate(GradSum& sum, Tensor g) {
+  if (!sum.t.defined()) {
+    sum.t = std::move(g);
     return;
   }
-  if (g.dtype() != slot.dtype()) g = g.to(slot.dtype());
-  slot = kernels::binary(kernels::BinaryOp::kAdd, slot, g);
+  if (g.dtype() != sum.t.dtype()) g = g.to(sum.t.dtype());
+  sum.t = op_hooks().accumulate(sum.t, g, sum.owned);
+  sum.owned = true;
 }
 
 /// Where the gradients of the requested inputs of grad() are collected.
 struct Capture {
   std::unordered_map<const AutogradMeta*, size_t> leaves;  // leaf meta -> index into results
   std::unordered_map<const Node*, size_t> nodes;           // producer of a non-leaf input -> index
-  std::vector<Tensor> results;
+  std::vector<GradSum> results;
 };
 
-void accumulate_into_leaf(AutogradMeta& leaf, Tensor g) {
+/// A leaf's .grad() is its own: the first gradient is copied into it, later ones are added in place (as PyTorch's
+/// AccumulateGrad does: a handle taken on .grad() before a second backward sees the sum).
+void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
   if (leaf.grad.defined()) {
     MT_CHECK(g.shape() == leaf.grad.shape(), "backward: gradient of shape ", g.shape(),
              " does not match the leaf's gradient of shape ", leaf.grad.shape());
-    accumulate(leaf.grad, std::move(g));
+    leaf.grad = op_hooks().accumulate(leaf.grad, g.dtype() == leaf.grad.dtype() ? g : g.to(leaf.grad.dtype()), true);
     return;
   }
-  // Own the gradient: it may alias a tensor another leaf also receives (add passes dy to both).
   leaf.grad = g.clone();
 }
 
@@ -186,7 +203,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
     ~SuspendTrace() { detail::state().trace = saved; }
   } suspend_trace;
 
-  std::unordered_map<Node*, Tensor> pending;  // node -> gradient of its output so far
+  std::unordered_map<Node*, GradSum> pending;  // node -> gradient of its output so far
   std::vector<std::shared_ptr<Node>> roots;
 
   auto deliver_to_leaf = [&](const std::shared_ptr<AutogradMeta>& leaf, Tensor g, DType leaf_dtype) {
@@ -196,7 +213,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
       if (it != capture->leaves.end()) accumulate(capture->results[it->second], std::move(g));
       return;
     }
-    accumulate_into_leaf(*leaf, std::move(g));
+    accumulate_into_leaf(*leaf, g);
   };
 
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -244,7 +261,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
       if (!retain_graph) n->release_saved();
       continue;
     }
-    Tensor g = std::move(it->second);
+    Tensor g = std::move(it->second.t);
     pending.erase(it);
     if (capture) {
       auto c = capture->nodes.find(n);
@@ -294,13 +311,14 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
       capture.leaves[m] = i;
   }
   run_backward(outputs, grad_outputs, retain_graph, &capture);
+  std::vector<Tensor> results;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    Tensor& r = capture.results[i];
+    Tensor& r = capture.results[i].t;
     MT_CHECK(r.defined() || allow_unused, "grad: input ", i, " (shape ", inputs[i].shape(),
              ") was not used to compute the outputs; pass allow_unused=true to get an undefined gradient for it");
-    if (r.defined() && r.dtype() != inputs[i].dtype()) r = r.to(inputs[i].dtype());
+    results.push_back(r.defined() && r.dtype() != inputs[i].dtype() ? r.to(inputs[i].dtype()) : r);
   }
-  return capture.results;
+  return results;
 }
 
 }  // namespace autograd

@@ -18,7 +18,8 @@
 #include <mixtape/autograd/node.h>
 #include <mixtape/autograd/precision.h>
 #include <mixtape/autograd/registry.h>
-#include <mixtape/core/kernel_table.h>
+#include <mixtape/core/raw.h>
+#include <mixtape/autograd/hooks.h>
 
 namespace mixtape::autograd {
 
@@ -166,7 +167,7 @@ Tensor apply(const Args&... args) {
   }
 
   // 3. The forward, recording nothing itself. A kernel it notes (kernels::note_kernel) goes into the trace.
-  if (st.trace && !nested) kernels::take_noted_kernel();
+  if (st.trace && !nested) op_hooks().take_noted_kernel();
   Tensor out;
   {
     detail::ForwardScope no_record;
@@ -174,7 +175,7 @@ Tensor apply(const Args&... args) {
   }
 
   // 4. Trace, anomaly, the node.
-  if (st.trace && !nested) st.trace->record(Op::kName, out.dtype(), kernels::take_noted_kernel());
+  if (st.trace && !nested) st.trace->record(Op::kName, out.dtype(), op_hooks().take_noted_kernel());
   if (st.anomaly && !nested) detail::check_finite(out, Op::kName, "forward", "output");
   if (node) detail::record(node, out);
   return out;

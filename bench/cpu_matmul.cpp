@@ -23,7 +23,7 @@
 #include <cblas.h>
 
 #include <mixtape/core/random.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/backend/kernels.h>
 
 namespace mt = mixtape;
 
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       const mt::Tensor b = mt::uniform({n, n}, -1, 1, dtype, &gen);
       const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
       mt::Tensor sink;
-      const double fast = median_seconds(11, [&] { sink = mt::kernels::matmul(a, b); });
+      const double fast = median_seconds(11, [&] { sink = mt::kernels::matmul(a, b, a.dtype()); });
       const double naive = median_seconds(n >= 1024 ? 3 : 5, [&] { sink = mt::kernels::cpu::matmul_naive(a, b); });
       // The same product as one sgemm on f32 buffers that already exist.
       const mt::Tensor af = a.to(mt::kF32), bf = b.to(mt::kF32);

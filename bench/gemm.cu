@@ -39,8 +39,8 @@
 #include <mixtape/core/error.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/check.h>
-#include <mixtape/cuda/elementwise.h>
 #include <mixtape/cuda/gemm.cuh>
+#include <mixtape/ops/backend/kernels.h>
 #include <mixtape/cuda/runtime.h>
 
 namespace mt = mixtape;

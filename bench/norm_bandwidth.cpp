@@ -37,10 +37,12 @@
 // kDrawElems values repeated on the device to the largest shape, then cast;
 // smaller shapes view a prefix. Repeats change no byte counts: every element
 // is still read from its own address.
-#include <mixtape/mixtape.h>
+#include <mixtape/core/device_memory.h>
+#include <mixtape/core/raw.h>
 #include <mixtape/core/storage.h>
+#include <mixtape/mixtape.h>
 #include <mixtape/cuda/stream.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/backend/kernels.h>
 
 #include <algorithm>
 #include <chrono>
@@ -57,6 +59,13 @@ using mt::DType;
 using mt::Tensor;
 
 namespace {
+
+/// Every dim of `t`: the dims of a full reduction.
+std::vector<int64_t> all_dims(const Tensor& t) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < t.dim(); ++d) dims.push_back(d);
+  return dims;
+}
 
 constexpr int64_t kRows = 16384;
 constexpr int64_t kCols[] = {1024, 4096, 32768};
@@ -111,7 +120,7 @@ class Timer {
   }
 
  private:
-  void flush_l2() const { (void)mk::reduce(mk::ReduceOp::kSum, m_flush, {}, false); }
+  void flush_l2() const { (void)mk::reduce(mk::ReduceOp::kSum, m_flush, all_dims(m_flush), false, m_flush.dtype()); }
 
   Tensor m_flush;  // (4·L2 bytes / 4) f32, read before every timed run
 };
@@ -129,7 +138,7 @@ Tensor repeated_randn(int64_t numel) {
 
 /// Throws when `t` holds a NaN or an infinity (its f32 sum is then not finite).
 void check_finite(const Tensor& t, const char* what) {
-  const float s = mk::reduce(mk::ReduceOp::kSum, t, {}, false, DType::kF32).item<float>();
+  const float s = mk::reduce(mk::ReduceOp::kSum, t, all_dims(t), false, DType::kF32).item<float>();
   MT_CHECK(std::isfinite(s), what, ": output of shape ", t.shape(), " (", t.dtype(), ") is not finite (sum ", s, ")");
 }
 
@@ -172,7 +181,8 @@ std::string check_cross_entropy_replay(const Tensor& logits, const Tensor& targe
   const Tensor dx = cross_entropy_backward(s, mt::ones_like(s.loss));
   const float a = mt::raw::to(loss, DType::kF32).item<float>(), b = mt::raw::to(s.loss, DType::kF32).item<float>();
   const Tensor diff = mk::binary(mk::BinaryOp::kSub, mt::raw::to(leaf.grad(), DType::kF32), mt::raw::to(dx, DType::kF32));
-  const float max_diff = mk::reduce(mk::ReduceOp::kMax, mk::unary(mk::UnaryOp::kAbs, diff), {}, false).item<float>();
+  const float max_diff =
+      mk::reduce(mk::ReduceOp::kMax, mk::unary(mk::UnaryOp::kAbs, diff), all_dims(diff), false, DType::kF32).item<float>();
   if (a == b && max_diff == 0) return {};
   char line[256];
   std::snprintf(line, sizeof line, "loss %.9g (replay) vs %.9g (mt::cross_entropy), max |dlogits difference| %.3g", b,
@@ -231,7 +241,7 @@ int main(int argc, char** argv) {
   try {
     const Tensor src = mt::full({kCopyBytes / 4}, 1.0, mt::TensorOptions(DType::kF32).device(kDev));
     const Tensor dst = mt::empty({kCopyBytes / 4}, mt::TensorOptions(DType::kF32).device(kDev));
-    mt::DeviceBackend& cuda = mt::backend(kDev);
+    mt::DeviceMemory& cuda = mt::device_memory(kDev);
     const double us = timer.median_us(
         [&] { cuda.copy_bytes(dst.data_ptr(), kDev, src.data_ptr(), kDev, static_cast<size_t>(kCopyBytes)); });
     copy_gbps = 2.0 * static_cast<double>(kCopyBytes) / (us * 1e-6) / 1e9;
@@ -281,8 +291,8 @@ int main(int argc, char** argv) {
 
         for (const bool log : {false, true}) {
           const char* op = log ? "log_softmax" : "softmax";
-          measure(op, dt, C, "fwd", 2 * e * b, [&] { return mk::softmax(x, 1, log); });
-          const Tensor y = mk::softmax(x, 1, log);
+          measure(op, dt, C, "fwd", 2 * e * b, [&] { return mk::softmax(x, 1, log, x.dtype()); });
+          const Tensor y = mk::softmax(x, 1, log, x.dtype());
           measure(op, dt, C, "bwd", 3 * e * b, [&] { return mk::softmax_backward(dy, y, 1, log); });
         }
 

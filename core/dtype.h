@@ -61,6 +61,11 @@ constexpr bool is_floating(DType t) {
 /// f16 and bf16: stored in 16 bits, computed in f32.
 constexpr bool is_reduced_float(DType t) { return t == DType::kF16 || t == DType::kBF16; }
 
+/// The one accumulator rule: the dtype sums, statistics and multi-step formulas on `t` run in before the one
+/// rounding back — f32 for f16/bf16, `t` itself otherwise (f32 stays f32, f64 stays f64). opmath_t below is the
+/// same rule for C++ types.
+constexpr DType acc_dtype(DType t) { return is_reduced_float(t) ? DType::kF32 : t; }
+
 /// The dtype arithmetic on two dtypes happens in: the wider float wins, any
 /// float beats any integer, f16 with bf16 gives f32 (neither holds the other).
 constexpr DType promote_types(DType a, DType b) {
@@ -102,6 +107,11 @@ template <class T> using opmath_t = typename opmath<T>::type;
 
 static_assert(std::is_same_v<opmath_t<Half>, float> && std::is_same_v<opmath_t<BFloat16>, float> &&
               std::is_same_v<opmath_t<double>, double> && std::is_same_v<opmath_t<float>, float>);
+static_assert(acc_dtype(DType::kF16) == dtype_v<opmath_t<Half>> &&
+                  acc_dtype(DType::kBF16) == dtype_v<opmath_t<BFloat16>> &&
+                  acc_dtype(DType::kF32) == dtype_v<opmath_t<float>> &&
+                  acc_dtype(DType::kF64) == dtype_v<opmath_t<double>> && acc_dtype(DType::kI64) == DType::kI64,
+              "acc_dtype and opmath_t are one rule");
 
 /// A value carrying a type, so generic lambdas can be handed one: `[](auto tag) { using T = decltype(tag)::type; }`.
 template <class T> struct TypeTag { using type = T; };

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <numbers>
 
+#include <mixtape/core/raw.h>
+
 namespace mixtape {
 
 Generator& default_generator() {

@@ -1,4 +1,4 @@
-// core/storage.cpp — Storage, the CPU backend and the lookup of device backends.
+// core/storage.cpp — Storage, the CPU's memory, and the memory of the other devices.
 #include <mixtape/core/storage.h>
 
 #include <atomic>
@@ -8,16 +8,13 @@
 
 #include <sys/mman.h>
 
+#include <mixtape/core/device_memory.h>
 #include <mixtape/core/error.h>
+#include <mixtape/core/raw.h>
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/core/tensor.h>
 
 namespace mixtape {
-
-#if MIXTAPE_WITH_CUDA
-// Defined by the CUDA layer (cuda/runtime.cu) in builds that have it.
-DeviceBackend& cuda_backend();
-#endif
 
 namespace {
 
@@ -58,7 +55,7 @@ void convert_copy(const Tensor& dst, const Tensor& src) {
     for_each_run<2>(L, base, c * kGrain, std::min(numel, (c + 1) * kGrain), run);
 }
 
-class CpuBackend final : public DeviceBackend {
+class CpuMemory final : public DeviceMemory {
  public:
   void* allocate(size_t nbytes, int) override {
     // Large blocks go on 2 MiB boundaries and ask for transparent huge pages:
@@ -101,31 +98,42 @@ class CpuBackend final : public DeviceBackend {
   void synchronize(int) override {}
 };
 
+/// The memory of each non-CPU device type, installed when its backend registers (before main: static
+/// initialisation of the library). Constant-initialised, so no registration can come too early.
+constinit std::atomic<DeviceMemory*> g_device_memory[2] = {};
+
 }  // namespace
 
-DeviceBackend& backend(Device device) {
-  static CpuBackend cpu;
-  if (device.is_cpu()) return cpu;
-#if MIXTAPE_WITH_CUDA
-  DeviceBackend& cuda = cuda_backend();
-  int count = cuda.device_count();
+DeviceMemory& cpu_memory() {
+  // Never destroyed: storages released during static destruction, in any order, still find it.
+  static CpuMemory& cpu = *new CpuMemory;
+  return cpu;
+}
+
+void install_device_memory(DeviceType type, DeviceMemory& memory) noexcept {
+  if (type != DeviceType::kCPU) g_device_memory[static_cast<int>(type)].store(&memory);
+}
+
+DeviceMemory& device_memory(Device device) {
+  if (device.is_cpu()) return cpu_memory();
+  DeviceMemory* memory = g_device_memory[static_cast<int>(device.type)].load();
+  MT_CHECK(memory != nullptr, "device ", device,
+           ": mixtape was built without CUDA (configure with -DMIXTAPE_CUDA=ON on a machine with nvcc)");
+  const int count = memory->device_count();
   MT_CHECK(count > 0, "device ", device, ": no CUDA device is available (no driver or no GPU)");
   MT_CHECK(device.index >= 0 && device.index < count, "device ", device, ": CUDA device index out of range (",
            count, " device", count == 1 ? "" : "s", " present)");
-  return cuda;
-#else
-  MT_ERROR("device ", device, ": mixtape was built without CUDA (configure with -DMIXTAPE_CUDA=ON on a machine with nvcc)");
-#endif
+  return *memory;
 }
 
 CpuMemoryStats cpu_memory_stats() { return {g_cpu_allocated.load(), g_cpu_peak.load(), g_cpu_storages.load()}; }
 void reset_cpu_peak_memory() { g_cpu_peak.store(g_cpu_allocated.load()); }
 
 Storage::Storage(size_t nbytes, Device device) : m_nbytes(nbytes), m_device(device) {
-  m_backend = &backend(device);
-  m_data = m_backend->allocate(nbytes, device.index);
+  m_memory = &device_memory(device);
+  m_data = m_memory->allocate(nbytes, device.index);
 }
 
-Storage::~Storage() { m_backend->deallocate(m_data, m_nbytes, m_device.index); }
+Storage::~Storage() { m_memory->deallocate(m_data, m_nbytes, m_device.index); }
 
 }  // namespace mixtape

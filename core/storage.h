@@ -1,9 +1,7 @@
-// core/storage.h — reference-counted memory of one device, and the backend
-// interface that allocates, copies and fills it.
+// core/storage.h — reference-counted memory of one device, shared by every tensor viewing it.
 //
-// Core knows that devices other than the CPU exist, not how they work: the
-// CUDA layer implements DeviceBackend and core finds it through
-// `cuda_backend()`, a symbol the CUDA layer defines when it is built.
+// A Storage allocates through its device's DeviceMemory (core/device_memory.h):
+// core's own for the CPU, the one a device backend installed for the others.
 #pragma once
 
 #include <cstddef>
@@ -14,28 +12,7 @@
 
 namespace mixtape {
 
-class Tensor;
-
-/// What a device must provide for core to hold tensors on it.
-class DeviceBackend {
- public:
-  virtual ~DeviceBackend() = default;
-  /// Returns `nbytes` of memory on `device` (never nullptr; throws mixtape::Error when out of memory).
-  virtual void* allocate(size_t nbytes, int device) = 0;
-  virtual void deallocate(void* ptr, size_t nbytes, int device) noexcept = 0;
-  /// Copies raw bytes; one of the two devices is this backend's, the other is it or the CPU.
-  virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) = 0;
-  /// dst = src elementwise, converting dtype, both on this backend's device, any strides, same shape.
-  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
-  /// Sets every element of `dst` (any strides) to `value` converted to its dtype.
-  virtual void fill(const Tensor& dst, double value) = 0;
-  virtual int device_count() const noexcept = 0;
-  virtual void synchronize(int device) = 0;
-};
-
-/// The backend holding tensors of `device`; throws when mixtape was built
-/// without that device type or the device index does not exist.
-DeviceBackend& backend(Device device);
+class DeviceMemory;
 
 /// Bytes of tensor storage currently allocated on the CPU, and its peak
 /// since the last reset (a test's view of what the tape keeps alive).
@@ -50,7 +27,7 @@ void reset_cpu_peak_memory();
 /// A block of device memory shared by every tensor viewing it.
 class Storage {
  public:
-  /// Allocates `nbytes` on `device` through its backend.
+  /// Allocates `nbytes` on `device` through its DeviceMemory.
   Storage(size_t nbytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
@@ -68,7 +45,7 @@ class Storage {
   void* m_data = nullptr;
   size_t m_nbytes = 0;
   Device m_device;
-  DeviceBackend* m_backend = nullptr;
+  DeviceMemory* m_memory = nullptr;
   uint64_t m_version = 0;
 };
 

@@ -1,7 +1,7 @@
 // core/tensor.cpp — Tensor metadata, views, copies and element access.
 //
 // Views only compute shape/strides/offset over the same storage; every copy
-// goes through the device backend's `copy`, which also converts dtypes.
+// goes through the device's memory (`DeviceMemory::copy`), which also converts dtypes.
 #include <mixtape/core/tensor.h>
 
 #include <algorithm>
@@ -9,6 +9,9 @@
 #include <cstring>
 #include <iomanip>
 #include <optional>
+
+#include <mixtape/core/device_memory.h>
+#include <mixtape/core/raw.h>
 
 namespace mixtape {
 
@@ -246,14 +249,14 @@ Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
 
 Tensor clone(const Tensor& x) {
   Tensor out = empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
-  if (x.numel()) backend(x.device()).copy(out, x);
+  if (x.numel()) device_memory(x.device()).copy(out, x);
   return out;
 }
 
 Tensor to(const Tensor& x, DType dtype) {
   if (dtype == x.dtype()) return x;
   Tensor out = empty(x.shape(), TensorOptions(dtype).device(x.device()));
-  if (x.numel()) backend(x.device()).copy(out, x);
+  if (x.numel()) device_memory(x.device()).copy(out, x);
   return out;
 }
 
@@ -261,9 +264,9 @@ Tensor to(const Tensor& x, Device device) {
   if (device == x.device()) return x;
   Tensor src = contiguous(x);
   Tensor out = empty(x.shape(), TensorOptions(x.dtype()).device(device));
-  // The non-CPU side's backend knows how to move bytes across.
-  DeviceBackend& b = backend(device.is_cpu() ? x.device() : device);
-  b.copy_bytes(out.data_ptr(), device, src.data_ptr(), x.device(), x.nbytes());
+  // The non-CPU side's memory knows how to move bytes across.
+  DeviceMemory& m = device_memory(device.is_cpu() ? x.device() : device);
+  m.copy_bytes(out.data_ptr(), device, src.data_ptr(), x.device(), x.nbytes());
   return out;
 }
 
@@ -279,12 +282,12 @@ void copy_(const Tensor& dst, const Tensor& src_in) {
   if (src.device() != dst.device()) src = to(contiguous(src), dst.device());
   // Same storage: the source might be overwritten while it is read.
   if (src.storage() == dst.storage()) src = clone(src);
-  if (dst.numel()) backend(dst.device()).copy(dst, src);
+  if (dst.numel()) device_memory(dst.device()).copy(dst, src);
   dst.bump_version();
 }
 
 void fill_(const Tensor& dst, double value) {
-  if (dst.numel()) backend(dst.device()).fill(dst, value);
+  if (dst.numel()) device_memory(dst.device()).fill(dst, value);
   dst.bump_version();
 }
 

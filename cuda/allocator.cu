@@ -31,6 +31,7 @@
 #include <mixtape/cuda/check.h>
 #include <mixtape/cuda/runtime.h>
 #include <mixtape/cuda/stream.cuh>
+#include <mixtape/cuda/testing.h>
 
 namespace mixtape::cuda {
 namespace {

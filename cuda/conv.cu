@@ -7,14 +7,16 @@
 // gather form of the adjoint: a thread owns one input pixel and sums the
 // kH·kW column entries that read it (at most one per kernel tap) in the
 // CPU's (kh, kw) order, in opmath_t<T>, rounding once. No atomics, so the
-// result is deterministic and bit-identical to ops/cpu/nn2.cpp.
+// result is deterministic and bit-identical to ops/cpu/conv.cpp.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include <mixtape/core/dtype.h>
 #include <mixtape/cuda/check.h>
-#include <mixtape/cuda/nn2.h>
+#include <mixtape/cuda/launch.cuh>
+#include <mixtape/cuda/window.cuh>
+#include <mixtape/ops/backend/kernels.h>
 
 namespace mixtape::kernels::cuda {
 
@@ -27,7 +29,7 @@ struct Geometry {
 };
 
 template <class I>
-Geometry<I> geometry(const Nn2Planes& p, const Window2d& w) {
+Geometry<I> geometry(const Planes& p, const Window2d& w) {
   return {static_cast<I>(p.h),         static_cast<I>(p.w),         static_cast<I>(p.ho),
           static_cast<I>(p.wo),        static_cast<I>(w.kernel[0]), static_cast<I>(w.kernel[1]),
           static_cast<I>(w.stride[0]), static_cast<I>(w.stride[1]), static_cast<I>(w.padding[0]),
@@ -38,7 +40,7 @@ Geometry<I> geometry(const Nn2Planes& p, const Window2d& w) {
 /// Positions are computed in I: int32_t when every offset fits (integer division is several times cheaper), else
 /// int64_t. Overwrites cols.
 template <class T, class I>
-__global__ void __launch_bounds__(kNn2Threads) im2col_kernel(T* __restrict__ cols,        // (N, C·kH·kW, H_out·W_out)
+__global__ void __launch_bounds__(kBlockThreads) im2col_kernel(T* __restrict__ cols,        // (N, C·kH·kW, H_out·W_out)
                                                              const T* __restrict__ x,     // (N, C, H, W), contiguous
                                                              Geometry<I> g, int64_t total) {
   for (int64_t i64 = first_index(); i64 < total; i64 += grid_stride()) {
@@ -62,7 +64,7 @@ __global__ void __launch_bounds__(kNn2Threads) im2col_kernel(T* __restrict__ col
 /// x[n, c, ih, iw] = Σ over taps (kh, kw) reading it of cols[n, (c·kH + kh)·kW + kw, oh·W_out + ow], in (kh, kw)
 /// order. Positions in I as for im2col. Overwrites x.
 template <class T, class I>
-__global__ void __launch_bounds__(kNn2Threads) col2im_kernel(T* __restrict__ x,           // (N, C, H, W)
+__global__ void __launch_bounds__(kBlockThreads) col2im_kernel(T* __restrict__ x,           // (N, C, H, W)
                                                              const T* __restrict__ cols,  // (N, C·kH·kW, L), contiguous
                                                              Geometry<I> g, int64_t total) {
   using M = opmath_t<T>;
@@ -76,11 +78,11 @@ __global__ void __launch_bounds__(kNn2Threads) col2im_kernel(T* __restrict__ x, 
     // frame in every instance, check_cuda_resources); the loads dominate the taps' integer work anyway.
 #pragma unroll 1
     for (I kh = 0; kh < g.kh; ++kh) {
-      const I oh = nn2_output_of_tap<I>(ih, kh, g.sh, g.ph, g.dh, g.ho);
+      const I oh = output_of_tap<I>(ih, kh, g.sh, g.ph, g.dh, g.ho);
       if (oh < 0) continue;
 #pragma unroll 1
       for (I kw = 0; kw < g.kw; ++kw) {
-        const I ow = nn2_output_of_tap<I>(iw, kw, g.sw, g.pw, g.dw, g.wo);
+        const I ow = output_of_tap<I>(iw, kw, g.sw, g.pw, g.dw, g.wo);
         if (ow < 0) continue;
         acc += static_cast<M>(plane_cols[(kh * g.kw + kw) * L + oh * g.wo + ow]);
       }
@@ -103,7 +105,7 @@ void with_index_type(int64_t largest, F&& f) {
 Tensor im2col(const Tensor& x_in, const Window2d& w) {
   ::mixtape::cuda::DeviceGuard guard(x_in.device());  // launch on the tensor's device
   const Tensor x = raw::contiguous(x_in);
-  const Nn2Planes p = nn2_planes(x.shape(), w);
+  const Planes p = planes_of(x.shape(), w);
   const int64_t kk = w.kernel[0] * w.kernel[1];
   Tensor cols = empty({x.size(0), x.size(1) * kk, p.ho * p.wo}, TensorOptions(x.dtype()).device(x.device()));
   const int64_t total = cols.numel();
@@ -112,7 +114,7 @@ Tensor im2col(const Tensor& x_in, const Window2d& w) {
     using T = typename decltype(tag)::type;
     with_index_type(std::max(total, x.numel()), [&](auto itag) {
       using I = typename decltype(itag)::type;
-      im2col_kernel<T, I><<<nn2_blocks(total), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(cols.data<T>(), x.data<T>(),
+      im2col_kernel<T, I><<<grid_blocks(total), kBlockThreads, 0, launch_stream()>>>(cols.data<T>(), x.data<T>(),
                                                                                 geometry<I>(p, w), total);
       MT_CUDA_CHECK_LAUNCH("im2col_kernel (", x.dtype(), ", input ", x.shape(), " on ", x.device(), ")");
     });
@@ -123,7 +125,7 @@ Tensor im2col(const Tensor& x_in, const Window2d& w) {
 Tensor col2im(const Tensor& cols_in, const Shape& input_shape, const Window2d& w) {
   ::mixtape::cuda::DeviceGuard guard(cols_in.device());  // launch on the tensor's device
   const Tensor cols = raw::contiguous(cols_in);
-  const Nn2Planes p = nn2_planes(input_shape, w);
+  const Planes p = planes_of(input_shape, w);
   Tensor x = empty(input_shape, TensorOptions(cols.dtype()).device(cols.device()));
   const int64_t total = x.numel();
   if (total == 0) return x;
@@ -131,7 +133,7 @@ Tensor col2im(const Tensor& cols_in, const Shape& input_shape, const Window2d& w
     using T = typename decltype(tag)::type;
     with_index_type(std::max(total, cols.numel()), [&](auto itag) {
       using I = typename decltype(itag)::type;
-      col2im_kernel<T, I><<<nn2_blocks(total), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(x.data<T>(), cols.data<T>(),
+      col2im_kernel<T, I><<<grid_blocks(total), kBlockThreads, 0, launch_stream()>>>(x.data<T>(), cols.data<T>(),
                                                                                 geometry<I>(p, w), total);
       MT_CUDA_CHECK_LAUNCH("col2im_kernel (", cols.dtype(), ", input shape ", input_shape, " on ", cols.device(),
                            ")");

@@ -9,14 +9,15 @@
 
 #include <mixtape/core/random.h>
 #include <mixtape/cuda/check.h>
-#include <mixtape/cuda/nn2.h>
+#include <mixtape/cuda/launch.cuh>
+#include <mixtape/ops/backend/kernels.h>
 
 namespace mixtape::kernels::cuda {
 
 namespace {
 
 /// mask[i] = uniform_float(philox4x32_10(seed, 0, offset + i)[0]) >= p. Overwrites mask.
-__global__ void __launch_bounds__(kNn2Threads) dropout_mask_kernel(bool* __restrict__ mask,  // (numel), contiguous
+__global__ void __launch_bounds__(kBlockThreads) dropout_mask_kernel(bool* __restrict__ mask,  // (numel), contiguous
                                                                    int64_t numel, double p, uint64_t seed,
                                                                    uint64_t offset) {
   for (int64_t i = first_index(); i < numel; i += grid_stride()) {
@@ -33,7 +34,7 @@ Tensor dropout_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset
   Tensor mask = empty(shape, TensorOptions(DType::kBool).device(device));
   const int64_t n = mask.numel();
   if (n == 0) return mask;
-  dropout_mask_kernel<<<nn2_blocks(n), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(mask.data<bool>(), n, p, seed, offset);
+  dropout_mask_kernel<<<grid_blocks(n), kBlockThreads, 0, launch_stream()>>>(mask.data<bool>(), n, p, seed, offset);
   MT_CUDA_CHECK_LAUNCH("dropout_mask_kernel (shape ", shape, ", p ", p, " on ", device, ")");
   return mask;
 }

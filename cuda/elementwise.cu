@@ -8,9 +8,11 @@
 // strides (transposes, sliced steps, 0-stride broadcasts): the host expands
 // the inputs to the output's shape and coalesces the dims once (core/strided_loop.h,
 // the rule the CPU uses), the kernel maps a linear int64 index to element
-// offsets. Both are grid-stride loops. The arithmetic is core/scalar_math.h,
+// offsets. Both are grid-stride loops. The arithmetic is ops/backend/scalar_math.h,
 // the very formulas of the CPU loop: load T, compute in opmath_t<T>, store T
-// with one rounding (convert<T>). Outputs are freshly allocated and overwritten.
+// with one rounding (convert<T>). The plain kernels allocate their output and
+// overwrite it; the in-place ones (unary_, binary_, scalar_) pass their first
+// operand as the output, and each thread reads an element before it writes it.
 //
 // Instantiations: integer dtypes only for the ops that define them
 // (math::supports_integers); comparisons of bool run as u8 (same order on 0/1)
@@ -20,7 +22,7 @@
 // warning is reported at the header's line, so the pragma comes before the includes.
 #pragma nv_diag_suppress 186
 
-#include <mixtape/cuda/elementwise.h>
+#include <mixtape/ops/backend/kernels.h>
 
 #include <algorithm>
 #include <array>
@@ -32,7 +34,7 @@
 #include <cuda_runtime.h>
 
 #include <mixtape/core/dtype.h>
-#include <mixtape/core/scalar_math.h>
+#include <mixtape/ops/backend/scalar_math.h>
 #include <mixtape/core/shape.h>
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/core/tensor.h>
@@ -142,11 +144,11 @@ void launch_map(const What& what, const F& f, const Tensor& out, const std::arra
   [&]<size_t... I>(std::index_sequence<I...>) {
     Out* o = static_cast<Out*>(out.data_ptr());
     if (vec) {
-      const int grid = grid_stride_blocks((n + N - 1) / N, kThreads);
+      const int grid = grid_blocks((n + N - 1) / N, kThreads);
       map_vec_kernel<N><<<grid, kThreads, 0, launch_stream()>>>(f, n, o, static_cast<const In*>(in[I].data_ptr())...);
     } else {
       const auto L = make_layout<1 + sizeof...(In)>(out.shape(), {&out.strides(), &in[I].strides()...});
-      const int grid = grid_stride_blocks(n, kThreads);
+      const int grid = grid_blocks(n, kThreads);
       map_strided_kernel<<<grid, kThreads, 0, launch_stream()>>>(f, L, o, static_cast<const In*>(in[I].data_ptr())...);
     }
   }(std::index_sequence_for<In...>{});
@@ -208,27 +210,24 @@ struct OpLabel {
   }
 };
 
-}  // namespace
-
-Tensor unary(UnaryOp op, const Tensor& x) {
-  Tensor y = mixtape::empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
+/// out = op(x); out is a new tensor of x's shape, or x itself (in place: each element read, then written, by one
+/// thread).
+void unary_into(UnaryOp op, const Tensor& out, const Tensor& x) {
   math::visit_op<UnaryOp, math::kNumUnaryOps>(op, [&](auto op_c) {
     constexpr UnaryOp kOp = decltype(op_c)::value;
     dispatch(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (math::is_floating_v<T> || (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>))
-        launch_map<T, T>(OpLabel<UnaryOp>{"unary", kOp}, UnaryFn<kOp, T>{}, y, {x});
+        launch_map<T, T>(OpLabel<UnaryOp>{"unary", kOp}, UnaryFn<kOp, T>{}, out, {x});
       else
         MT_ERROR(OpLabel<UnaryOp>{"unary", kOp}, ": not defined for dtype ", x.dtype(), " (shape ", x.shape(), ")");
     });
   });
-  return y;
 }
 
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  const Shape shape = broadcast_shapes(a.shape(), b.shape(), "binary");
-  Tensor out = mixtape::empty(shape, TensorOptions(math::is_comparison(op) ? DType::kBool : a.dtype()).device(a.device()));
-  const std::array<Tensor, 2> in{raw::expand(a, shape), raw::expand(b, shape)};
+/// out = op(in[0], in[1]), the inputs expanded to out's shape; out is new, or in[0] itself.
+void binary_into(BinaryOp op, const Tensor& out, const std::array<Tensor, 2>& in) {
+  const Tensor& a = in[0];
   math::visit_op<BinaryOp, math::kNumBinaryOps>(op, [&](auto op_c) {
     constexpr BinaryOp kOp = decltype(op_c)::value;
     dispatch(a.dtype(), [&](auto tag) {
@@ -239,32 +238,59 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
       } else if constexpr (math::is_floating_v<T> || (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>)) {
         launch_map<T, T, T>(OpLabel<BinaryOp>{"binary", kOp}, BinaryFn<kOp, T>{}, out, in);
       } else {
-        MT_ERROR(OpLabel<BinaryOp>{"binary", kOp}, ": not defined for dtype ", a.dtype(), " (shapes ", a.shape(), " and ", b.shape(), ")");
+        MT_ERROR(OpLabel<BinaryOp>{"binary", kOp}, ": not defined for dtype ", a.dtype(), " (shapes ", a.shape(),
+                 " and ", in[1].shape(), ")");
       }
     });
   });
-  return out;
 }
 
-Tensor scalar(ScalarOp op, const Tensor& x, double s) {
-  Tensor y = mixtape::empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
+/// out = op(x, s); out is a new tensor of x's shape, or x itself.
+void scalar_into(ScalarOp op, const Tensor& out, const Tensor& x, double s) {
   math::visit_op<ScalarOp, math::kNumScalarOps>(op, [&](auto op_c) {
     constexpr ScalarOp kOp = decltype(op_c)::value;
     dispatch(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (math::is_floating_v<T>) {
         // Like PyTorch (and the CPU kernel), the scalar is first converted to the opmath type.
-        launch_map<T, T>(OpLabel<ScalarOp>{"scalar", kOp}, ScalarFn<kOp, T>{static_cast<opmath_t<T>>(s)}, y, {x});
+        launch_map<T, T>(OpLabel<ScalarOp>{"scalar", kOp}, ScalarFn<kOp, T>{static_cast<opmath_t<T>>(s)}, out, {x});
       } else if constexpr (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>) {
         // Validated integral; out-of-range values wrap like the arithmetic does.
-        launch_map<T, T>(OpLabel<ScalarOp>{"scalar", kOp}, ScalarFn<kOp, T>{static_cast<T>(static_cast<int64_t>(s))}, y, {x});
+        launch_map<T, T>(OpLabel<ScalarOp>{"scalar", kOp}, ScalarFn<kOp, T>{static_cast<T>(static_cast<int64_t>(s))},
+                         out, {x});
       } else {
         MT_ERROR(OpLabel<ScalarOp>{"scalar", kOp}, ": not defined for dtype ", x.dtype(), " (shape ", x.shape(), ")");
       }
     });
   });
+}
+
+}  // namespace
+
+Tensor unary(UnaryOp op, const Tensor& x) {
+  Tensor y = mixtape::empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
+  unary_into(op, y, x);
   return y;
 }
+
+void unary_(UnaryOp op, const Tensor& x) { unary_into(op, x, x); }
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), "binary");
+  Tensor out = mixtape::empty(shape, TensorOptions(math::is_comparison(op) ? DType::kBool : a.dtype()).device(a.device()));
+  binary_into(op, out, {raw::expand(a, shape), raw::expand(b, shape)});
+  return out;
+}
+
+void binary_(BinaryOp op, const Tensor& a, const Tensor& b) { binary_into(op, a, {a, raw::expand(b, a.shape())}); }
+
+Tensor scalar(ScalarOp op, const Tensor& x, double s) {
+  Tensor y = mixtape::empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
+  scalar_into(op, y, x, s);
+  return y;
+}
+
+void scalar_(ScalarOp op, const Tensor& x, double s) { scalar_into(op, x, x, s); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");

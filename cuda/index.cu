@@ -1,6 +1,23 @@
-// cuda/index.cu — index_select and its gradient, index_add, on the GPU.
+// cuda/index.cu — gather, scatter_add, index_select and index_add on the GPU.
 //
-// Both view their tensors as (outer, size, inner) around `dim`.
+// gather: one thread per output element maps its coordinates to the index
+// element and the x element it names; elements are moved as raw bytes of
+// their size, so every dtype is one of four instantiations and nothing is
+// converted. An index value out of [0, x.size(dim)) reads nothing and writes
+// NaN (0 for integer and bool dtypes): the host cannot check CUDA index values
+// without a synchronisation, and a NaN loss is how a bad target shows up.
+//
+// scatter_add is deterministic without float atomics by ownership: one thread
+// owns each line of the output along `dim` (fixed coordinates off `dim`) and
+// adds the index line's j = 0, 1, ... contributions into it in that order —
+// the order the CPU adds them, in the same opmath accumulator (an f32 buffer
+// for f16/bf16, rounded once at the end), so the two backends agree exactly.
+// No two threads touch one output element. For cross-entropy (index (N, 1)
+// along the class dim) a thread does one add; a scatter whose index has few
+// lines and long ones runs serially per line (correct, not fast). Out-of-range
+// index values are skipped: nothing is written out of bounds.
+//
+// index_select and index_add view their tensors as (outer, size, inner) around `dim`.
 //   - index_select moves bytes: one thread per output unit, where the unit is
 //     the widest of 16/8/4/2/1 bytes that divides a slice (and the
 //     pointers), so a row of f32 moves as 16-byte loads and stores (STYLE.md
@@ -11,24 +28,174 @@
 //     where its run of positions starts, and one thread per output element
 //     sums its run's src elements in ascending position, the CPU's order, in
 //     opmath_t<T>, rounding once. The result is bit-identical to
-//     ops/cpu/nn2.cpp whatever the duplicates. Cost: a radix sort of k keys
+//     ops/cpu/index.cpp whatever the duplicates. Cost: a radix sort of k keys
 //     (bit_width(size) bits), size·log2(k) for the run starts, then each
 //     output element reads 2 starts plus its contributions:
 //     O(k + size·log k + out + src) work, no atomics, 4 small launches.
 //
-// Out-of-range indices: ops/dispatch_nn2.cpp checks every index value on the
-// host before these run, so none arrive here today. Should that check move to
-// the device, these kernels stay memory-safe on their own: index_select
-// writes zeros for an out-of-range index, index_add drops its slice.
+// Out-of-range indices: the index_select op checks every CPU index value on
+// the host; CUDA index values are not read back (that would synchronise), so
+// these kernels stay memory-safe on their own: index_select writes zeros for
+// an out-of-range index, index_add drops its slice.
+// Outputs are freshly allocated and overwritten.
+#include <mixtape/ops/backend/kernels.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
 #include <cuda_runtime.h>
 
 #include <cub/device/device_radix_sort.cuh>
 
 #include <mixtape/core/dtype.h>
-#include <mixtape/cuda/check.h>
-#include <mixtape/cuda/nn2.h>
+#include <mixtape/cuda/launch.cuh>
 
 namespace mixtape::kernels::cuda {
+
+// ---- gather and scatter_add --------------------------------------------------------------
+
+namespace {
+
+
+/// The index's shape and the operands' strides (in elements), passed to the kernels by value.
+struct IndexLayout {
+  int ndim;                          // 0 for 0-d tensors
+  int64_t sizes[Shape::kMaxDims];    // (ndim): gather: the index's shape; scatter_add: its lines (1 along dim)
+  int64_t a_strides[Shape::kMaxDims];      // gather: x's strides; scatter_add: the accumulator's. 0 along dim
+  int64_t b_strides[Shape::kMaxDims];      // src's strides (scatter_add)
+  int64_t index_strides[Shape::kMaxDims];  // the index's strides
+};
+
+/// Offsets (in elements) of linear element `i` of L.sizes in the three operands.
+__device__ __forceinline__ void offsets(const IndexLayout& L, int64_t i, int64_t& a, int64_t& b, int64_t& idx) {
+  a = b = idx = 0;
+  for (int d = L.ndim - 1; d >= 0; --d) {
+    const int64_t q = i / L.sizes[d], c = i - q * L.sizes[d];
+    a += c * L.a_strides[d];
+    b += c * L.b_strides[d];
+    idx += c * L.index_strides[d];
+    i = q;
+  }
+}
+
+
+
+/// out[i] = x[coords(i) with coordinate dim = index[i]]; E is an unsigned integer of the element's size.
+/// `bad` (the bits of NaN, or 0) is written for an index value out of [0, size). Overwrites out.
+template <class E>
+__global__ void __launch_bounds__(kBlockThreads) gather_kernel(E* __restrict__ out,               // (index shape), contiguous
+                                                          const E* __restrict__ x,           // strides L.a_strides
+                                                          const int64_t* __restrict__ index,  // strides L.index_strides
+                                                          IndexLayout L, int64_t numel, int64_t size, int64_t step,
+                                                          E bad) {
+  for (int64_t i = first_index(); i < numel; i += grid_stride()) {
+    int64_t xo, unused, io;
+    offsets(L, i, xo, unused, io);
+    const int64_t k = index[io];
+    out[i] = (k >= 0 && k < size) ? x[xo + k * step] : bad;
+  }
+}
+
+/// For each line of the index along dim (L.sizes has 1 there): acc[line, index[line, j]] += src[line, j] for
+/// j = 0 .. J−1 in order; out-of-range index values are skipped. Accumulates into acc (zero-filled by the caller).
+template <class T>
+__global__ void __launch_bounds__(kBlockThreads) scatter_add_kernel(opmath_t<T>* __restrict__ acc,    // (shape), contiguous
+                                                               const T* __restrict__ src,         // strides L.b_strides
+                                                               const int64_t* __restrict__ index,  // strides L.index_strides
+                                                               IndexLayout L, int64_t lines, int64_t J, int64_t size,
+                                                               int64_t acc_step, int64_t src_step,
+                                                               int64_t index_step) {
+  using Acc = opmath_t<T>;
+  for (int64_t line = first_index(); line < lines; line += grid_stride()) {
+    int64_t ao, so, io;
+    offsets(L, line, ao, so, io);
+    for (int64_t j = 0; j < J; ++j) {
+      const int64_t k = index[io + j * index_step];
+      if (k >= 0 && k < size) acc[ao + k * acc_step] += static_cast<Acc>(src[so + j * src_step]);
+    }
+  }
+}
+
+/// The bits gather writes for an out-of-range index: a quiet NaN for floating dtypes, 0 otherwise.
+uint64_t bad_value_bits(DType t) {
+  switch (t) {
+    case DType::kF64: return 0x7ff8000000000000ull;
+    case DType::kF32: return 0x7fc00000u;
+    case DType::kF16: return 0x7e00u;
+    case DType::kBF16: return 0x7fc0u;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  Tensor out = empty(index.shape(), TensorOptions(x.dtype()).device(x.device()));
+  const int64_t numel = out.numel();
+  if (numel == 0) return out;
+  IndexLayout L{};
+  L.ndim = static_cast<int>(index.dim());
+  for (int d = 0; d < L.ndim; ++d) {
+    L.sizes[d] = index.size(d);
+    L.a_strides[d] = d == dim ? 0 : x.stride(d);
+    L.index_strides[d] = index.stride(d);
+  }
+  const int64_t size = x.dim() == 0 ? 1 : x.size(dim);
+  const int64_t step = x.dim() == 0 ? 0 : x.stride(dim);
+  DeviceGuard guard(x.device());
+  const uint64_t bad = bad_value_bits(x.dtype());
+  auto launch = [&](auto bytes_tag) {
+    using E = decltype(bytes_tag);
+    gather_kernel<E><<<grid_blocks(numel), kBlockThreads, 0, launch_stream()>>>(
+        static_cast<E*>(out.data_ptr()), static_cast<const E*>(x.data_ptr()), index.data<int64_t>(), L, numel, size,
+        step, static_cast<E>(bad));
+    MT_CUDA_CHECK_LAUNCH("gather_kernel (", x.dtype(), " x of shape ", x.shape(), ", index of shape ", index.shape(),
+                         ", dim ", dim, ")");
+  };
+  switch (x.itemsize()) {
+    case 1: launch(uint8_t{}); break;
+    case 2: launch(uint16_t{}); break;
+    case 4: launch(uint32_t{}); break;
+    default: launch(uint64_t{}); break;
+  }
+  return out;
+}
+
+Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
+  const auto out_options = TensorOptions(src.dtype()).device(src.device());
+  if (index.numel() == 0) return zeros(shape, out_options);
+  const DType acc = acc_dtype(src.dtype());
+  // f32/f64 accumulate in the output itself; f16/bf16 in an f32 buffer rounded once below.
+  Tensor sums = zeros(shape, TensorOptions(acc).device(src.device()));
+  const Shape acc_strides = contiguous_strides(shape);
+  IndexLayout L{};
+  L.ndim = static_cast<int>(index.dim());
+  int64_t lines = 1;
+  for (int d = 0; d < L.ndim; ++d) {
+    L.sizes[d] = d == dim ? 1 : index.size(d);
+    L.a_strides[d] = d == dim ? 0 : acc_strides[d];
+    L.b_strides[d] = src.stride(d);
+    L.index_strides[d] = index.stride(d);
+    lines *= L.sizes[d];
+  }
+  const bool zero_d = shape.empty();
+  const int64_t J = zero_d ? 1 : index.size(dim), size = zero_d ? 1 : shape[dim];
+  const int64_t acc_step = zero_d ? 0 : acc_strides[dim];
+  const int64_t src_step = zero_d ? 0 : src.stride(dim), index_step = zero_d ? 0 : index.stride(dim);
+  DeviceGuard guard(src.device());
+  dispatch_floating(src.dtype(), "scatter_add_kernel", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    scatter_add_kernel<T><<<grid_blocks(lines), kBlockThreads, 0, launch_stream()>>>(
+        sums.data<opmath_t<T>>(), src.data<T>(), index.data<int64_t>(), L, lines, J, size, acc_step, src_step,
+        index_step);
+    MT_CUDA_CHECK_LAUNCH("scatter_add_kernel (", src.dtype(), " src of shape ", src.shape(), " into shape ", shape,
+                         ", dim ", dim, ")");
+  });
+  return src.dtype() == acc ? sums : raw::to(sums, src.dtype());
+}
+
+// ---- index_select and index_add ----------------------------------------------------------
 
 namespace {
 
@@ -45,7 +212,7 @@ Around around(const Shape& shape, int64_t dim) {
   return a;
 }
 
-/// Calls f(TypeTag<I>{}) for an index dtype (kI64 or kI32; dispatch_nn2.cpp has checked which).
+/// Calls f(TypeTag<I>{}) for an index dtype (kI64 or kI32; the entry point has checked which).
 template <class F>
 void dispatch_index(DType t, F&& f) {
   if (t == DType::kI32)
@@ -57,7 +224,7 @@ void dispatch_index(DType t, F&& f) {
 /// out[o, j, :] = x[o, index[j], :] in units U of a slice of `inner_units` units; zeros for an index outside
 /// [0, size). Overwrites out.
 template <class U, class I>
-__global__ void __launch_bounds__(kNn2Threads) index_select_kernel(U* __restrict__ out,          // (outer, k, inner_units)
+__global__ void __launch_bounds__(kBlockThreads) index_select_kernel(U* __restrict__ out,          // (outer, k, inner_units)
                                                                    const U* __restrict__ x,      // (outer, size, inner_units)
                                                                    const I* __restrict__ index,  // (k)
                                                                    int64_t k, int64_t size, int64_t inner_units,
@@ -72,7 +239,7 @@ __global__ void __launch_bounds__(kNn2Threads) index_select_kernel(U* __restrict
 
 /// keys[j] = index[j], or `size` (sorts last, matches no output) when outside [0, size); positions[j] = j. Overwrites.
 template <class I>
-__global__ void __launch_bounds__(kNn2Threads) index_keys_kernel(int64_t* __restrict__ keys,       // (k)
+__global__ void __launch_bounds__(kBlockThreads) index_keys_kernel(int64_t* __restrict__ keys,       // (k)
                                                                  int64_t* __restrict__ positions,  // (k)
                                                                  const I* __restrict__ index,      // (k)
                                                                  int64_t k, int64_t size) {
@@ -98,7 +265,7 @@ __device__ __forceinline__ int64_t lower_bound(const int64_t* sorted, int64_t k,
 
 /// starts[d] = the first sorted position whose key is >= d, for d in [0, size]: positions starts[d] .. starts[d + 1]
 /// hold index value d. Overwrites starts.
-__global__ void __launch_bounds__(kNn2Threads) run_starts_kernel(int64_t* __restrict__ starts,      // (size + 1)
+__global__ void __launch_bounds__(kBlockThreads) run_starts_kernel(int64_t* __restrict__ starts,      // (size + 1)
                                                                  const int64_t* __restrict__ keys,  // (k) sorted
                                                                  int64_t k, int64_t size) {
   for (int64_t d = first_index(); d <= size; d += grid_stride()) starts[d] = lower_bound(keys, k, d);
@@ -107,7 +274,7 @@ __global__ void __launch_bounds__(kNn2Threads) run_starts_kernel(int64_t* __rest
 /// out[o, d, e] = Σ over positions j with index[j] == d, ascending, of src[o, j, e]; 0 when there is none.
 /// Overwrites out.
 template <class T>
-__global__ void __launch_bounds__(kNn2Threads) index_add_kernel(T* __restrict__ out,                    // (outer, size, inner)
+__global__ void __launch_bounds__(kBlockThreads) index_add_kernel(T* __restrict__ out,                    // (outer, size, inner)
                                                                 const T* __restrict__ src,              // (outer, k, inner)
                                                                 const int64_t* __restrict__ starts,     // (size + 1)
                                                                 const int64_t* __restrict__ positions,  // (k) by key, stable
@@ -135,7 +302,7 @@ template <class U, class I>
 void launch_index_select(const Tensor& out, const Tensor& x, const Tensor& index, int64_t k, const Around& a) {
   const int64_t inner_units = static_cast<int64_t>(a.inner * x.itemsize() / sizeof(U));
   const int64_t total = a.outer * k * inner_units;
-  index_select_kernel<U, I><<<nn2_blocks(total), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(
+  index_select_kernel<U, I><<<grid_blocks(total), kBlockThreads, 0, launch_stream()>>>(
       static_cast<U*>(out.data_ptr()), static_cast<const U*>(x.data_ptr()), index.data<I>(), k, a.size, inner_units,
       total);
   MT_CUDA_CHECK_LAUNCH("index_select_kernel (", x.dtype(), ", x ", x.shape(), ", ", k, " indices, ", sizeof(U),
@@ -187,7 +354,7 @@ Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index_in, const 
     Tensor keys = empty({k}, i64), positions = empty({k}, i64);
     dispatch_index(index.dtype(), [&](auto itag) {
       using I = typename decltype(itag)::type;
-      index_keys_kernel<I><<<nn2_blocks(k), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(
+      index_keys_kernel<I><<<grid_blocks(k), kBlockThreads, 0, launch_stream()>>>(
           keys.data<int64_t>(), positions.data<int64_t>(), index.data<I>(), k, a.size);
       MT_CUDA_CHECK_LAUNCH("index_keys_kernel (", k, " indices on ", device, ")");
     });
@@ -196,20 +363,20 @@ Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index_in, const 
     size_t temp_bytes = 0;
     MT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys.data<int64_t>(),
                                                   keys_sorted.data<int64_t>(), positions.data<int64_t>(),
-                                                  positions_sorted.data<int64_t>(), k, 0, end_bit, ::mixtape::cuda::launch_stream()),
+                                                  positions_sorted.data<int64_t>(), k, 0, end_bit, launch_stream()),
                   "index_add: sizing the radix sort of ", k, " indices");
     Tensor temp = empty({static_cast<int64_t>(temp_bytes) + 1}, TensorOptions(DType::kU8).device(device));
     MT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, keys.data<int64_t>(),
                                                   keys_sorted.data<int64_t>(), positions.data<int64_t>(),
-                                                  positions_sorted.data<int64_t>(), k, 0, end_bit, ::mixtape::cuda::launch_stream()),
+                                                  positions_sorted.data<int64_t>(), k, 0, end_bit, launch_stream()),
                   "index_add: radix sort of ", k, " indices on ", device);
   }
-  run_starts_kernel<<<nn2_blocks(a.size + 1), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(starts.data<int64_t>(),
+  run_starts_kernel<<<grid_blocks(a.size + 1), kBlockThreads, 0, launch_stream()>>>(starts.data<int64_t>(),
                                                                               keys_sorted.data<int64_t>(), k, a.size);
   MT_CUDA_CHECK_LAUNCH("run_starts_kernel (", k, " indices, size ", a.size, " on ", device, ")");
   dispatch_floating(src.dtype(), "index_add", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    index_add_kernel<T><<<nn2_blocks(total), kNn2Threads, 0, ::mixtape::cuda::launch_stream()>>>(
+    index_add_kernel<T><<<grid_blocks(total), kBlockThreads, 0, launch_stream()>>>(
         out.data<T>(), src.data<T>(), starts.data<int64_t>(), positions_sorted.data<int64_t>(), k, a.size,
         a.inner, total);
     MT_CUDA_CHECK_LAUNCH("index_add_kernel (", src.dtype(), ", shape ", shape, ", ", k, " indices on ", device, ")");

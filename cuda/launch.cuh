@@ -1,15 +1,42 @@
-// cuda/launch.cuh — what the grid-stride kernels share (internal to the .cu files): the thread's first index and
-// the grid's stride, 16-byte packs, and the walk from a linear index to K operands' offsets over a coalesced
-// layout (core/strided_loop.h's StridedLayout, as a kernel parameter).
+// cuda/launch.cuh — what every launcher shares (internal to the .cu files): the device guard and stream a launch
+// goes to, the one grid-size policy of the grid-stride kernels, the thread's first index and the grid's stride,
+// 16-byte packs, and the walk from a linear index to K operands' offsets over a coalesced layout
+// (core/strided_loop.h's StridedLayout, as a kernel parameter).
+//
+// Two shapes of kernel launch in cuda/: grid-stride loops over a flat index space, sized by grid_blocks below,
+// and row kernels (softmax, norm, loss), which give each row a warp or a block (cuda/rows.cuh's launch_rows).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
+#include <cuda_runtime.h>
+
 #include <mixtape/core/shape.h>
 #include <mixtape/core/strided_loop.h>
+#include <mixtape/cuda/check.h>
+#include <mixtape/cuda/stream.cuh>
 
 namespace mixtape::kernels::cuda {
+
+// Every launch goes to the calling thread's current stream, on the tensor's device (a DeviceGuard selects it).
+using ::mixtape::cuda::DeviceGuard;
+using ::mixtape::cuda::launch_stream;
+
+/// The block size of the grid-stride kernels.
+inline constexpr int kBlockThreads = 256;
+
+/// The grid of a grid-stride loop over `work` items with `threads` a block, on the current device: enough blocks to
+/// fill every SM (2048 resident threads an SM on sm_80/sm_90: 8 blocks of 256), never more than the work needs,
+/// at least one. Each thread then loops over items first_index(), + grid_stride(), ...
+inline int grid_blocks(int64_t work, int threads = kBlockThreads) {
+  int device = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&device), "cuda: querying the current device");
+  const int64_t blocks = (work + threads - 1) / threads;
+  const int64_t fill = static_cast<int64_t>(::mixtape::cuda::multiprocessor_count(device)) * (2048 / threads);
+  return static_cast<int>(std::max<int64_t>(1, std::min(blocks, fill)));
+}
 
 __device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }

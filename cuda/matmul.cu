@@ -19,7 +19,7 @@
 // Numerics as on the CPU: f16/bf16 and f32 accumulate in f32, f64 in f64, and
 // each output rounds once to out_dtype. C is freshly allocated and overwritten.
 // It is the f32 path outside autocast: about a third of cuBLAS's SGEMM on an H100 (bench/RESULTS.md).
-#include <mixtape/cuda/elementwise.h>
+#include <mixtape/ops/backend/kernels.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -33,9 +33,9 @@
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/check.h>
+#include <mixtape/cuda/launch.cuh>
 #include <mixtape/cuda/gemm.cuh>
 #include <mixtape/cuda/runtime.h>
-#include <mixtape/ops/kernels.h>
 
 namespace mixtape::kernels::cuda {
 
@@ -271,7 +271,7 @@ Tensor addmm(const Tensor& bias_in, const Tensor& a, const Tensor& b, DType out_
     return c;
   }
   // Elsewhere as on the CPU: the product in f32 (f64), the bias added there, one rounding.
-  const DType acc = a.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  const DType acc = acc_dtype(a.dtype());
   const Tensor y = cuda::binary(BinaryOp::kAdd, cuda::matmul(a, b, acc), raw::to(bias_in, acc));
   return y.dtype() == out_dtype ? y : raw::to(y, out_dtype);
 }

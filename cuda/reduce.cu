@@ -25,7 +25,7 @@
 // when the result is f64), integers and bool in i64; max/min in opmath. The
 // kernels write that type; the host converts to out_dtype once. Outputs are
 // freshly allocated and overwritten.
-#include <mixtape/cuda/elementwise.h>
+#include <mixtape/ops/backend/kernels.h>
 
 #include <cmath>
 #include <cstdint>
@@ -37,11 +37,12 @@
 #include <cub/warp/warp_reduce.cuh>
 
 #include <mixtape/core/dtype.h>
-#include <mixtape/core/scalar_math.h>
+#include <mixtape/ops/backend/scalar_math.h>
 #include <mixtape/core/shape.h>
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/check.h>
+#include <mixtape/cuda/launch.cuh>
 
 namespace mixtape::kernels::cuda {
 
@@ -289,7 +290,7 @@ Tensor reduce_with(Tensor xp, int64_t n_kept, bool mean) {
   const int64_t red_stride = red.byte_strides[0][0];
   const bool one_run = red.ndim == 1;
   if (one_run && red_stride != 1 && count > 1 && outputs >= kMinColumns) {
-    const int grid = grid_stride_blocks(outputs, kThreads);
+    const int grid = grid_blocks(outputs, kThreads);
     reduce_columns_kernel<P><<<grid, kThreads, 0, launch_stream()>>>(
         static_cast<const T*>(xp.data_ptr()), offset_layout(kept_shape, kept_strides), outputs, count, red_stride,
         mean, o);
@@ -307,10 +308,10 @@ Tensor reduce_with(Tensor xp, int64_t n_kept, bool mean) {
   const int64_t pieces = count > 2 * kChunk ? (count + kChunk - 1) / kChunk : 1;
   if (pieces == 1) {
     if (count <= kShortRow) {
-      const int grid = grid_stride_blocks(outputs * kWarp, kThreads);
+      const int grid = grid_blocks(outputs * kWarp, kThreads);
       reduce_rows_kernel<P, kWarp><<<grid, kThreads, 0, launch_stream()>>>(x, kept, outputs, count, count, 1, mean, o);
     } else {
-      const int grid = grid_stride_blocks(outputs * kThreads, kThreads);
+      const int grid = grid_blocks(outputs * kThreads, kThreads);
       reduce_rows_kernel<P, kThreads><<<grid, kThreads, 0, launch_stream()>>>(x, kept, outputs, count, count, 1, mean,
                                                                               o);
     }
@@ -321,12 +322,12 @@ Tensor reduce_with(Tensor xp, int64_t n_kept, bool mean) {
   // Two passes: pieces of every row into partials (temporary storage through the allocator), then a block per row.
   const Tensor partials = mixtape::empty({outputs * pieces * static_cast<int64_t>(sizeof(Partial))},
                                          TensorOptions(DType::kU8).device(device));
-  const int grid = grid_stride_blocks(outputs * pieces * kThreads, kThreads);
+  const int grid = grid_blocks(outputs * pieces * kThreads, kThreads);
   reduce_rows_kernel<P, kThreads><<<grid, kThreads, 0, launch_stream()>>>(x, kept, outputs, count, kChunk, pieces,
                                                                           mean, partials.data_ptr());
   MT_CUDA_CHECK_LAUNCH("reduce_rows_kernel (pieces, dtype ", xp.dtype(), ", kept ", kept_shape, ", reduced ",
                        red_shape, " on ", device, ")");
-  reduce_partials_kernel<P><<<grid_stride_blocks(outputs * kThreads, kThreads), kThreads, 0, launch_stream()>>>(
+  reduce_partials_kernel<P><<<grid_blocks(outputs * kThreads, kThreads), kThreads, 0, launch_stream()>>>(
       static_cast<const Partial*>(partials.data_ptr()), outputs, pieces, count, mean, o);
   MT_CUDA_CHECK_LAUNCH("reduce_partials_kernel (dtype ", xp.dtype(), ", kept ", kept_shape, ", reduced ", red_shape,
                        " on ", device, ")");

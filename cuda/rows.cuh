@@ -1,5 +1,5 @@
-// cuda/rows.cuh — what the row kernels share (internal: cuda/softmax.cu, cuda/layer_norm.cu,
-// cuda/cross_entropy.cu): the pack width (the packs are cuda/launch.cuh's), the register kernels'
+// cuda/rows.cuh — what the row kernels share (internal: cuda/softmax.cu, cuda/norm.cu,
+// cuda/loss.cu): the pack width (the packs are cuda/launch.cuh's), the register kernels'
 // shapes, the row launchers, the row-wide reduction (two levels of cub::WarpReduce, the result in every
 // thread) and its sum and NaN-keeping max operators, the loads of a row into registers or, by cp.async, into
 // shared memory, and the element conversions for arithmetic.
@@ -115,7 +115,7 @@ void launch_rows(Kernel kernel, const char* name, int64_t rows, int64_t C, size_
   const int64_t blocks = std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxGrid);
   MT_CHECK(shared_memory_fits(kernel, smem), name, ": ", smem, " bytes of shared memory a block do not fit cuda:",
            ::mixtape::cuda::current_device(), " (rows of ", C, ")");
-  kernel<<<static_cast<unsigned>(blocks), kBlock, smem, ::mixtape::cuda::launch_stream()>>>(args...);
+  kernel<<<static_cast<unsigned>(blocks), kBlock, smem, launch_stream()>>>(args...);
   MT_CUDA_CHECK_LAUNCH(name, " (", rows, " rows of ", C, ")");
 }
 
@@ -174,7 +174,7 @@ struct AddOp {
   }
 };
 
-/// max with NaN kept: a NaN, once seen, stays (as ops/cpu/nn.cpp's max_with_nan; fmax would drop it).
+/// max with NaN kept: a NaN, once seen, stays (as ops/cpu/loops.h's max_with_nan; fmax would drop it).
 struct MaxNanOp {
   template <class Acc>
   __device__ __forceinline__ Acc operator()(const Acc& a, const Acc& b) const {

@@ -1,4 +1,4 @@
-// cuda/runtime.cu — the CUDA device backend (memory, copies, casts, fills) and the mixtape::cuda queries.
+// cuda/runtime.cu — the CUDA device memory (allocation, copies, casts, fills) and the mixtape::cuda queries.
 //
 // The one design idea: every device-side copy, cast and fill is one small
 // strided kernel over int64 indices (a dense fill is Thrust's fill_n). The host coalesces the operands' dims
@@ -33,7 +33,7 @@
 #include <mixtape/core/dtype.h>
 #include <mixtape/core/error.h>
 #include <mixtape/core/shape.h>
-#include <mixtape/core/storage.h>
+#include <mixtape/core/device_memory.h>
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/allocator.cuh>
@@ -42,9 +42,6 @@
 #include <mixtape/cuda/stream.cuh>
 
 namespace mixtape {
-
-// Core's hook for the CUDA backend (declared in core/storage.cpp's MIXTAPE_WITH_CUDA branch).
-DeviceBackend& cuda_backend();
 
 namespace cuda {
 namespace {
@@ -57,7 +54,7 @@ struct Probe {
 };
 
 /// Asks the runtime once per process: the set of visible devices is fixed when the runtime starts, and every
-/// Storage allocation asks (core's backend() checks the device index).
+/// Storage allocation asks (core's device_memory() checks the device index).
 const Probe& probe() noexcept {
   static const Probe p = [] {
     Probe r;
@@ -146,14 +143,13 @@ namespace {
 
 using kernels::cuda::element_offsets;  // cuda/launch.cuh
 using kernels::cuda::first_index;
+using kernels::cuda::grid_blocks;
 using kernels::cuda::grid_stride;
 using kernels::cuda::offset_layout;
 using kernels::cuda::OffsetLayout;
 using kernels::cuda::Pack;
 
-constexpr int kThreads = 256;
-// 8 blocks of 256 threads fill an SM of sm_80/sm_90 (2048 resident threads); the grid-stride loop covers the rest.
-constexpr int kBlocksPerSm = 8;
+constexpr int kThreads = kernels::cuda::kBlockThreads;
 
 /// A copy's or fill's layout: byte strides (cuda/launch.cuh), and whether every operand is dense and 1-D, for the
 /// typed fast path.
@@ -225,11 +221,6 @@ __global__ void __launch_bounds__(kThreads) fill_kernel(char* dst,  // (shape) o
   }
 }
 
-int grid_size(int64_t numel, int device) {
-  const int64_t blocks = (numel + kThreads - 1) / kThreads;
-  return static_cast<int>(std::min<int64_t>(blocks, static_cast<int64_t>(multiprocessor_count(device)) * kBlocksPerSm));
-}
-
 /// dst = src converted to dst's dtype; both on the same CUDA device, same shape, any strides. Overwrites dst.
 /// Runs on the current stream of the device.
 void copy_cuda(const Tensor& dst, const Tensor& src) {
@@ -254,7 +245,7 @@ void copy_cuda(const Tensor& dst, const Tensor& src) {
       const bool vectorized = L.contiguous && reinterpret_cast<uintptr_t>(d) % (sizeof(To) * V) == 0 &&
                               reinterpret_cast<uintptr_t>(s) % (sizeof(From) * V) == 0;
       const int64_t work = vectorized ? (L.numel + V - 1) / V : L.numel;
-      copy_kernel<To, From><<<grid_size(work, device), kThreads, 0, stream>>>(d, s, L, vectorized);
+      copy_kernel<To, From><<<grid_blocks(work), kThreads, 0, stream>>>(d, s, L, vectorized);
       MT_CUDA_CHECK_LAUNCH("copy_kernel (", src.dtype(), " -> ", dst.dtype(), ", shape ", dst.shape(), " on ",
                            dst.device(), ")");
     });
@@ -270,7 +261,7 @@ void fill_cuda(const Tensor& dst, double value) {
   const int device = dst.device().index;
   DeviceGuard guard(device);
   const cudaStream_t stream = launch_stream(device);
-  const int grid = grid_size(L.numel, device);
+  const int grid = grid_blocks(L.numel);
   char* d = static_cast<char*>(dst.data_ptr());
   dispatch(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -341,7 +332,7 @@ void copy_peer(void* dst, int dst_device, const void* src, int src_device, size_
   copied.wait(dst_stream);
 }
 
-class CudaBackend final : public DeviceBackend {
+class CudaMemory final : public DeviceMemory {
  public:
   void* allocate(size_t nbytes, int device) override { return cached_allocate(nbytes, device); }
 
@@ -445,10 +436,12 @@ bool dynamic_shared_memory_fits(const void* kernel, size_t smem, int device) {
 
 }  // namespace cuda
 
-DeviceBackend& cuda_backend() {
-  // Never destroyed: tensors released during static destruction, in any order, still find their backend.
-  static cuda::CudaBackend& instance = *new cuda::CudaBackend;
+namespace cuda {
+DeviceMemory& cuda_memory() {
+  // Never destroyed: tensors released during static destruction, in any order, still find their memory.
+  static CudaMemory& instance = *new CudaMemory;
   return instance;
 }
+}  // namespace cuda
 
 }  // namespace mixtape

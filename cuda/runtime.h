@@ -112,10 +112,6 @@ void reset_peak_memory_stats(int device = -1) noexcept;
 /// work; tensors alive keep their memory. A no-op without CUDA or with nothing cached.
 void empty_cache();
 
-/// Test mode: when on, every allocation is filled with 0xFF bytes (a NaN in every float dtype) on the current
-/// stream before it is handed out, so an output a kernel forgot to write reads back as NaN. Never throws.
-void set_poison_allocations(bool on) noexcept;
-
 // ---- debug counters ----------------------------------------------------------------------------
 
 /// What the runtime did that makes the host wait: a training step should show neither (DESIGN.md).

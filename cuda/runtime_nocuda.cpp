@@ -7,6 +7,7 @@
 
 #include <mixtape/cuda/runtime.h>
 #include <mixtape/cuda/stream.h>
+#include <mixtape/cuda/testing.h>
 
 #include <atomic>
 #include <utility>

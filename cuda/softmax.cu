@@ -8,7 +8,7 @@
 // for f16/bf16/f32 data) with cub::WarpReduce / cub::BlockReduce, and write
 // the outputs from registers: each input is read from DRAM once and each
 // output written once, with one exp per element. Every output element is
-// rounded once (STYLE.md §2; ops/cpu/nn.cpp is the reference). The backward
+// rounded once (STYLE.md §2; ops/cpu/softmax.cpp is the reference). The backward
 // holds two inputs; where they would not fit 64 registers a thread (rows of
 // more than 8192 elements in f32, 16384 in f16/bf16: kStashes), y waits in
 // shared memory instead, copied there by cp.async without passing through
@@ -24,7 +24,7 @@
 // column (loads coalesce across adjacent columns); otherwise the dim is made
 // innermost by a permuted copy, run as rows, and permuted back.
 // Outputs are freshly allocated and overwritten.
-#include <mixtape/cuda/nn.h>
+#include <mixtape/ops/backend/kernels.h>
 #include <mixtape/cuda/launch.cuh>
 #include <mixtape/cuda/rows.cuh>
 
@@ -40,7 +40,7 @@
 #include <cub/warp/warp_reduce.cuh>
 
 #include <mixtape/core/dtype.h>
-#include <mixtape/core/scalar_math.h>
+#include <mixtape/ops/backend/scalar_math.h>
 
 namespace mixtape::kernels::cuda {
 
@@ -48,7 +48,7 @@ namespace {
 
 using namespace rowwise;  // cuda/rows.cuh: Pack, kVec, aligned, the register kernels' shapes, launch_rows
 
-/// The type statistics of T data written as O are computed in (as ops/cpu/nn.cpp).
+/// The type statistics of T data written as O are computed in (as ops/cpu/loops.h).
 template <class T, class O = T>
 using acc_t = std::conditional_t<std::is_same_v<T, double> || std::is_same_v<O, double>, double, float>;
 
@@ -435,9 +435,6 @@ struct BwdRows {
   };
 };
 
-int columns_grid(int64_t columns) {
-  return static_cast<int>(std::min<int64_t>((columns + kColumnThreads - 1) / kColumnThreads, kMaxGrid));
-}
 
 /// The permutation that moves `dim` last, and its inverse.
 void innermost_permutation(int64_t ndim, int64_t dim, Shape& perm, Shape& inverse) {
@@ -486,7 +483,7 @@ Tensor softmax(const Tensor& x_in, int64_t dim, bool log, DType out_dtype) {
         }
         if (!done) launch_rows_by_length<FwdRows<T, O>::template K>(op, L.outer, L.C, xp, yp, L.outer, C, log, vec);
       } else {
-        softmax_fwd_columns_kernel<T, O><<<columns_grid(L.outer * L.inner), kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
+        softmax_fwd_columns_kernel<T, O><<<grid_blocks(L.outer * L.inner, kColumnThreads), kColumnThreads, 0, launch_stream()>>>(
             xp, yp, L.outer, L.C, L.inner, log);
         MT_CUDA_CHECK_LAUNCH(op, " along a non-last dim (shape ", x.shape(), ", dim ", dim, ")");
       }
@@ -532,7 +529,7 @@ Tensor softmax_backward(const Tensor& dy_in, const Tensor& y_in, int64_t dim, bo
       }
       if (!done) launch_rows_by_length<BwdRows<T>::template K>(op, L.outer, L.C, gp, yp, dxp, L.outer, C, log, vec);
     } else {
-      softmax_bwd_columns_kernel<T><<<columns_grid(L.outer * L.inner), kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
+      softmax_bwd_columns_kernel<T><<<grid_blocks(L.outer * L.inner, kColumnThreads), kColumnThreads, 0, launch_stream()>>>(
           gp, yp, dxp, L.outer, L.C, L.inner, log);
       MT_CUDA_CHECK_LAUNCH(op, " along a non-last dim (shape ", dy.shape(), ", dim ", dim, ")");
     }

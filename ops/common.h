@@ -1,30 +1,35 @@
-// ops/common.h — small helpers the op definitions share.
+// ops/common.h — small helpers the op definitions share (internal to ops/).
 #pragma once
 
+#include <numeric>
 #include <vector>
 
 #include <mixtape/core/tensor.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/backend/kernels.h>
 
 namespace mixtape::ops {
 
-/// Sums `grad` down to `shape` (the inverse of broadcasting `shape` to grad's shape).
+/// Every dim of `t`, ascending: the dims of a full reduction.
+inline std::vector<int64_t> all_dims(const Tensor& t) {
+  std::vector<int64_t> dims(static_cast<size_t>(t.dim()));
+  std::iota(dims.begin(), dims.end(), int64_t{0});
+  return dims;
+}
+
+/// `op` over every element of `t`: a 0-d tensor in `out_dtype`.
+inline Tensor reduce_all(kernels::ReduceOp op, const Tensor& t, DType out_dtype) {
+  return kernels::reduce(op, t, all_dims(t), /*keepdim=*/false, out_dtype);
+}
+
+/// Sums `grad` down to `shape` (the inverse of broadcasting `shape` to grad's shape), in grad's dtype.
 inline Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
   const int64_t lead = grad.dim() - shape.size();
   std::vector<int64_t> dims;
   for (int64_t i = 0; i < grad.dim(); ++i)
     if (i < lead || (shape[i - lead] == 1 && grad.shape()[i] != 1)) dims.push_back(i);
-  Tensor s = kernels::reduce(kernels::ReduceOp::kSum, grad, dims, /*keepdim=*/true);
+  Tensor s = kernels::reduce(kernels::ReduceOp::kSum, grad, dims, /*keepdim=*/true, grad.dtype());
   return raw::reshape(s, shape);
 }
-
-}  // namespace mixtape::ops
-
-namespace mixtape::ops {
-
-/// The dtype a multi-step formula on `t` runs in: f32 for f16/bf16 (so the
-/// result is rounded once, at the end), otherwise t's own.
-inline DType opmath_dtype(DType t) { return is_reduced_float(t) ? DType::kF32 : t; }
 
 }  // namespace mixtape::ops

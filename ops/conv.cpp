@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include <mixtape/autograd/function.h>
+#include <mixtape/ops/check.h>
 #include <mixtape/ops/common.h>
 #include <mixtape/ops/ops.h>
 
@@ -22,6 +23,9 @@ namespace {
 /// Shapes, dtypes and options, with messages naming conv2d and the shapes.
 void check_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
   MT_CHECK(x.defined() && weight.defined(), "conv2d: input and weight must be defined tensors");
+  ops::check::floating("conv2d", x, "input");
+  ops::check::same_device("conv2d", x, "input", weight, "weight");
+  if (bias.defined()) ops::check::same_device("conv2d", x, "input", bias, "bias");
   MT_CHECK(x.dim() == 3 || x.dim() == 4, "conv2d: expected input of 4 dims (N, C, H, W) or 3 dims (C, H, W), got ",
            x.shape());
   MT_CHECK(weight.dim() == 4, "conv2d: expected weight of 4 dims (C_out, C_in, kH, kW), got ", weight.shape());
@@ -75,9 +79,9 @@ struct Conv2d {
     const Tensor w2 = raw::reshape(weight, {c_out, k});       // (C_out, C_in·kH·kW)
     Tensor y;                                                 // (N, C_out, L)
     if (!bias.defined()) {
-      y = kernels::matmul(w2, cols);
+      y = kernels::matmul(w2, cols, x.dtype());
     } else {
-      const DType acc = ops::opmath_dtype(x.dtype());
+      const DType acc = acc_dtype(x.dtype());
       y = kernels::binary(kernels::BinaryOp::kAdd, kernels::matmul(w2, cols, acc),
                           raw::to(raw::reshape(bias, {c_out, 1}), acc));
       y = raw::to(y, x.dtype());
@@ -91,7 +95,7 @@ struct Conv2d {
     const Tensor dy = ctx.unbatched ? raw::unsqueeze(dy_in, 0) : dy_in;  // (N, C_out, H_out, W_out)
     const int64_t n = dy.size(0), c_out = dy.size(1);
     const Tensor g = raw::reshape(dy, {n, c_out, dy.size(2) * dy.size(3)});  // (N, C_out, L)
-    const DType dtype = dy.dtype(), acc = ops::opmath_dtype(dtype);
+    const DType dtype = dy.dtype(), acc = acc_dtype(dtype);
     Tensor dx, dweight, dbias;
     if (ctx.needs_input_grad(0)) {  // dX = col2im(Wᵀ · dY), overlapping windows summed in f32
       const Tensor& weight = ctx.saved(1);
@@ -110,7 +114,7 @@ struct Conv2d {
     }
     if (ctx.needs_input_grad(2)) {
       const int64_t dims[2] = {0, 2};
-      dbias = kernels::reduce(kernels::ReduceOp::kSum, g, dims, false);
+      dbias = kernels::reduce(kernels::ReduceOp::kSum, g, dims, false, g.dtype());
     }
     return {dx, dweight, dbias};
   }

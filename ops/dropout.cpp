@@ -6,7 +6,7 @@
 // kBool mask) for its backward. Both directions compute x · mask / (1 − p)
 // with one rounding (x · mask is exact), in the input's dtype: "passthrough".
 #include <mixtape/autograd/function.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/backend/kernels.h>
 #include <mixtape/ops/ops.h>
 
 #include <cmath>

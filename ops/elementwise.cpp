@@ -3,8 +3,10 @@
 //
 // Binary ops promote their inputs to the wider dtype and broadcast; their
 // backward sums the gradient back down to each input's shape (ops::sum_to).
-// Every backward computes in the dtype its forward ran in.
+// Every backward computes in the dtype its forward ran in. Each forward checks
+// its arguments first (ops/check.h), in the words of the op the user called.
 #include <mixtape/autograd/function.h>
+#include <mixtape/ops/check.h>
 #include <mixtape/ops/common.h>
 #include <mixtape/ops/ops.h>
 
@@ -19,6 +21,28 @@ using kernels::UnaryOp;
 
 namespace {
 
+/// A unary op's input: defined, of a dtype the op is defined on (floating; also integers where `integers`).
+void check_unary(const char* op, const Tensor& x, bool integers) {
+  ops::check::defined(op, x, "x");
+  ops::check::arithmetic(op, x, integers);
+}
+
+/// A binary op's inputs (already promoted to one dtype by apply<Op>): defined, on one device, of a dtype the op is
+/// defined on, and broadcastable.
+void check_binary(const char* op, const Tensor& a, const Tensor& b, bool integers) {
+  ops::check::defined(op, a, "a");
+  ops::check::defined(op, b, "b");
+  ops::check::same_device(op, a, "a", b, "b");
+  ops::check::arithmetic(op, a, integers);
+  broadcast_shapes(a.shape(), b.shape(), op);
+}
+
+/// An op of a tensor and a scalar: x defined, of a dtype the op is defined on, and an integral scalar for integers.
+void check_scalar(const char* op, const Tensor& x, double s, bool integers) {
+  check_unary(op, x, integers);
+  ops::check::scalar_fits(op, x, s);
+}
+
 // ---- binary ---------------------------------------------------------------------------
 
 struct Add {
@@ -28,6 +52,7 @@ struct Add {
     Shape a_shape, b_shape;
   };
   static Tensor forward(Ctx& ctx, const Tensor& a, const Tensor& b) {
+    check_binary(kName, a, b, /*integers=*/true);
     ctx.a_shape = a.shape(), ctx.b_shape = b.shape();
     return kernels::binary(BinaryOp::kAdd, a, b);
   }
@@ -44,6 +69,7 @@ struct Sub {
     Shape a_shape, b_shape;
   };
   static Tensor forward(Ctx& ctx, const Tensor& a, const Tensor& b) {
+    check_binary(kName, a, b, /*integers=*/true);
     ctx.a_shape = a.shape(), ctx.b_shape = b.shape();
     return kernels::binary(BinaryOp::kSub, a, b);
   }
@@ -61,6 +87,7 @@ struct Mul {
     Shape a_shape, b_shape;
   };
   static Tensor forward(Ctx& ctx, const Tensor& a, const Tensor& b) {
+    check_binary(kName, a, b, /*integers=*/true);
     ctx.a_shape = a.shape(), ctx.b_shape = b.shape();
     // Each gradient needs the other input only.
     ctx.save_for_backward(ctx.needs_input_grad(1) ? a : Tensor(), ctx.needs_input_grad(0) ? b : Tensor());
@@ -68,7 +95,7 @@ struct Mul {
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
     // Product and broadcast-sum in opmath, so an f16 gradient is rounded once.
-    const DType t = ops::opmath_dtype(dy.dtype());
+    const DType t = acc_dtype(dy.dtype());
     Tensor dy_t = raw::to(dy, t);
     auto grad = [&](const Tensor& other, const Shape& shape) {
       return raw::to(ops::sum_to(kernels::binary(BinaryOp::kMul, dy_t, raw::to(other, t)), shape), dy.dtype());
@@ -86,6 +113,7 @@ struct Div {
   static constexpr Precision kPrecision = Precision::kPromote;
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& a, const Tensor& b) {
+    check_binary(kName, a, b, /*integers=*/false);
     ctx.save_for_backward(a, b);
     return kernels::binary(BinaryOp::kDiv, a, b);
   }
@@ -94,7 +122,7 @@ struct Div {
     const Tensor& b = ctx.saved(1);
     Tensor da, db;
     // In opmath, so an f16 gradient is rounded once (after the broadcast sum too).
-    const DType t = ops::opmath_dtype(dy.dtype());
+    const DType t = acc_dtype(dy.dtype());
     Tensor b32 = raw::to(b, t);
     if (ctx.needs_input_grad(0))
       da = raw::to(ops::sum_to(kernels::binary(BinaryOp::kDiv, raw::to(dy, t), b32), a.shape()), dy.dtype());
@@ -115,7 +143,10 @@ struct AddScalar {
   static constexpr const char* kName = "add_scalar";
   static constexpr Precision kPrecision = Precision::kPassthrough;
   using Ctx = autograd::Ctx;
-  static Tensor forward(Ctx&, const Tensor& x, double s) { return kernels::scalar(ScalarOp::kAdd, x, s); }
+  static Tensor forward(Ctx&, const Tensor& x, double s) {
+    check_scalar(kName, x, s, /*integers=*/true);
+    return kernels::scalar(ScalarOp::kAdd, x, s);
+  }
   static Grads backward(Ctx&, const Tensor& dy) { return {dy}; }
 };
 MT_REGISTER_OP(AddScalar);
@@ -127,6 +158,7 @@ struct MulScalar {
     double s = 1;
   };
   static Tensor forward(Ctx& ctx, const Tensor& x, double s) {
+    check_scalar(kName, x, s, /*integers=*/true);
     ctx.s = s;
     return kernels::scalar(ScalarOp::kMul, x, s);
   }
@@ -141,6 +173,7 @@ struct DivScalar {
     double s = 1;
   };
   static Tensor forward(Ctx& ctx, const Tensor& x, double s) {
+    check_scalar(kName, x, s, /*integers=*/false);
     ctx.s = s;
     return kernels::scalar(ScalarOp::kDiv, x, s);
   }
@@ -155,6 +188,7 @@ struct Pow {
     double exponent = 1;
   };
   static Tensor forward(Ctx& ctx, const Tensor& x, double exponent) {
+    check_unary(kName, x, /*integers=*/false);
     ctx.exponent = exponent;
     ctx.save_for_backward(x);
     return kernels::scalar(ScalarOp::kPow, x, exponent);
@@ -162,7 +196,7 @@ struct Pow {
   static Grads backward(Ctx& ctx, const Tensor& dy) {
     if (ctx.exponent == 0) return {zeros_like(dy)};
     // d x^p / dx = p x^(p-1), in opmath and rounded once
-    const DType t = ops::opmath_dtype(dy.dtype());
+    const DType t = acc_dtype(dy.dtype());
     Tensor d = kernels::scalar(ScalarOp::kMul, kernels::scalar(ScalarOp::kPow, raw::to(ctx.saved(0), t),
                                                                ctx.exponent - 1), ctx.exponent);
     return {raw::to(kernels::binary(BinaryOp::kMul, raw::to(dy, t), d), dy.dtype())};
@@ -176,7 +210,10 @@ struct Neg {
   static constexpr const char* kName = "neg";
   static constexpr Precision kPrecision = Precision::kPassthrough;
   using Ctx = autograd::Ctx;
-  static Tensor forward(Ctx&, const Tensor& x) { return kernels::unary(UnaryOp::kNeg, x); }
+  static Tensor forward(Ctx&, const Tensor& x) {
+    check_unary(kName, x, /*integers=*/true);
+    return kernels::unary(UnaryOp::kNeg, x);
+  }
   static Grads backward(Ctx&, const Tensor& dy) { return {kernels::unary(UnaryOp::kNeg, dy)}; }
 };
 MT_REGISTER_OP(Neg);
@@ -186,6 +223,7 @@ struct Exp {
   static constexpr Precision kPrecision = Precision::kFp32;  // exp(12) already overflows f16
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& x) {
+    check_unary(kName, x, /*integers=*/false);
     Tensor y = kernels::unary(UnaryOp::kExp, x);
     ctx.save_for_backward(y);
     return y;
@@ -199,6 +237,7 @@ struct Log {
   static constexpr Precision kPrecision = Precision::kFp32;  // f16 loses log's small differences near 1
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& x) {
+    check_unary(kName, x, /*integers=*/false);
     ctx.save_for_backward(x);
     return kernels::unary(UnaryOp::kLog, x);
   }
@@ -211,6 +250,7 @@ struct Sqrt {
   static constexpr Precision kPrecision = Precision::kPassthrough;  // no overflow: safe in f16 (PyTorch lists it nowhere)
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& x) {
+    check_unary(kName, x, /*integers=*/false);
     Tensor y = kernels::unary(UnaryOp::kSqrt, x);
     ctx.save_for_backward(y);
     return y;
@@ -226,6 +266,7 @@ struct Relu {
   static constexpr Precision kPrecision = Precision::kPassthrough;
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& x) {
+    check_unary(kName, x, /*integers=*/false);
     ctx.save_for_backward(x);
     return kernels::unary(UnaryOp::kRelu, x);
   }
@@ -242,6 +283,7 @@ struct Gelu {
     bool tanh_approximation = false;
   };
   static Tensor forward(Ctx& ctx, const Tensor& x, bool tanh_approximation) {
+    check_unary(kName, x, /*integers=*/false);
     ctx.tanh_approximation = tanh_approximation;
     ctx.save_for_backward(x);
     return kernels::unary(tanh_approximation ? UnaryOp::kGeluTanh : UnaryOp::kGelu, x);
@@ -258,6 +300,7 @@ struct Sigmoid {
   static constexpr Precision kPrecision = Precision::kPassthrough;  // bounded output, stable formula
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& x) {
+    check_unary(kName, x, /*integers=*/false);
     Tensor y = kernels::unary(UnaryOp::kSigmoid, x);
     ctx.save_for_backward(y);
     return y;
@@ -273,6 +316,7 @@ struct Tanh {
   static constexpr Precision kPrecision = Precision::kPassthrough;  // bounded output
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& x) {
+    check_unary(kName, x, /*integers=*/false);
     Tensor y = kernels::unary(UnaryOp::kTanh, x);
     ctx.save_for_backward(y);
     return y;

@@ -7,7 +7,7 @@
 // "promote" op: apply<Cat> casts every input to the widest dtype first, and
 // the casts' own backward returns each gradient in its input's dtype.
 #include <mixtape/autograd/function.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/check.h>
 #include <mixtape/ops/ops.h>
 
 #include <vector>
@@ -26,11 +26,13 @@ struct IndexSelect {
     int64_t dim = 0;  // wrapped
   };
   static Tensor forward(Ctx& ctx, const Tensor& x, int64_t dim, const Tensor& index) {
-    Tensor y = kernels::index_select(x, dim, index);  // validates dim, index dtype and range
-    ctx.x_shape = x.shape();
+    ops::check::defined(kName, x, "x");
+    MT_CHECK(x.dim() >= 1, kName, ": expected a tensor of at least 1 dim, got shape ", x.shape());
     ctx.dim = wrap_dim(dim, x.dim(), kName, x.shape());
+    ops::check::index(kName, index, x.device(), ctx.dim, x.shape());
+    ctx.x_shape = x.shape();
     ctx.save_for_backward(index);
-    return y;
+    return kernels::index_select(x, ctx.dim, index);
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
     // No gradient for the (integer) index.

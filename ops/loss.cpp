@@ -16,7 +16,8 @@
 // Class targets follow PyTorch: i64 indices, ignore_index rows contribute 0
 // and are left out of the mean's count (a mean over no counted row is NaN).
 #include <mixtape/autograd/function.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/check.h>
+#include <mixtape/ops/common.h>
 #include <mixtape/ops/ops.h>
 
 namespace mixtape {
@@ -27,8 +28,6 @@ using kernels::ReduceOp;
 using kernels::ScalarOp;
 
 namespace {
-
-DType acc_dtype(DType t) { return t == DType::kF64 ? DType::kF64 : DType::kF32; }
 
 Tensor scalar_like(double v, DType dtype, Device device) {
   return scalar_tensor(v, TensorOptions(dtype).device(device));
@@ -96,7 +95,7 @@ Targets make_targets(const Tensor& target, const ClassShapes& s, int64_t ignore_
   Targets r;
   r.valid = kernels::binary(BinaryOp::kNe, t, scalar_like(static_cast<double>(ignore_index), DType::kI64, dev));
   r.index = raw::unsqueeze(kernels::where(r.valid, t, scalar_like(0, DType::kI64, dev)), 1);
-  r.count = kernels::reduce(ReduceOp::kSum, r.valid, {}, false, A);
+  r.count = ops::reduce_all(ReduceOp::kSum, r.valid, A);
   return r;
 }
 
@@ -104,9 +103,9 @@ Targets make_targets(const Tensor& target, const ClassShapes& s, int64_t ignore_
 Tensor reduce_loss(const Tensor& per_row, Reduction reduction, const Tensor& count) {
   switch (reduction) {
     case Reduction::kNone: return per_row;
-    case Reduction::kSum: return kernels::reduce(ReduceOp::kSum, per_row, {}, false);
+    case Reduction::kSum: return ops::reduce_all(ReduceOp::kSum, per_row, per_row.dtype());
     case Reduction::kMean:
-      return kernels::binary(BinaryOp::kDiv, kernels::reduce(ReduceOp::kSum, per_row, {}, false), count);
+      return kernels::binary(BinaryOp::kDiv, ops::reduce_all(ReduceOp::kSum, per_row, per_row.dtype()), count);
   }
   MT_ERROR("loss: unknown reduction ", static_cast<int>(reduction));
 }
@@ -197,7 +196,7 @@ struct CrossEntropy {
     else term = zeros_like(term);
     if (eps > 0) {
       const int64_t class_dim[] = {1};
-      const Tensor sum_c = kernels::reduce(ReduceOp::kSum, lsm, class_dim, false);  // Σ_c log p_c
+      const Tensor sum_c = kernels::reduce(ReduceOp::kSum, lsm, class_dim, false, lsm.dtype());  // Σ_c log p_c
       term = kernels::binary(BinaryOp::kAdd, term, kernels::scalar(ScalarOp::kMul, sum_c, eps / C));
     }
     // where, not a multiply: an ignored row with −inf logits must give 0, not NaN.
@@ -279,6 +278,7 @@ struct MseLoss {
              input.shape(), " and ", target.shape(), ")");
     MT_CHECK(input.shape() == target.shape(), kName, ": input (shape ", input.shape(), ") and target (shape ",
              target.shape(), ") must have the same shape");
+    ops::check::same_device(kName, input, "input", target, "target");
     ctx.reduction = reduction;
     ctx.input_dtype = input.dtype();
     ctx.target_dtype = target.dtype();
@@ -288,8 +288,8 @@ struct MseLoss {
     ctx.save_for_backward(diff);
     const Tensor sq = kernels::binary(BinaryOp::kMul, diff, diff);
     Tensor loss = reduction == Reduction::kNone ? sq
-                  : reduction == Reduction::kSum ? kernels::reduce(ReduceOp::kSum, sq, {}, false)
-                                                 : kernels::reduce(ReduceOp::kMean, sq, {}, false);
+                  : reduction == Reduction::kSum ? ops::reduce_all(ReduceOp::kSum, sq, A)
+                                                 : ops::reduce_all(ReduceOp::kMean, sq, A);
     return raw::to(loss, out);
   }
   // d loss / d input = 2 · (input − target) · scale = −d loss / d target

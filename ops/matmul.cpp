@@ -7,7 +7,10 @@
 // rounding. Where a gradient also sums over broadcast batch dims it is either
 // folded into one GEMM (the batch becomes rows: x @ W, linear) or computed in
 // f32, summed and rounded once.
+#include <algorithm>
+
 #include <mixtape/autograd/function.h>
+#include <mixtape/ops/check.h>
 #include <mixtape/ops/common.h>
 #include <mixtape/ops/ops.h>
 
@@ -26,9 +29,9 @@ Tensor matmul_to(const Tensor& x, const Tensor& y, const Shape& shape) {
   for (int64_t d = 0; d + 2 < y.dim(); ++d) batch_y.push_back(y.size(d));
   Shape full = broadcast_shapes(batch_x, batch_y, "matmul");
   full.push_back(x.size(-2)), full.push_back(y.size(-1));
-  if (full == shape) return kernels::matmul(x, y);
   const DType dtype = x.dtype();
-  return raw::to(ops::sum_to(kernels::matmul(x, y, ops::opmath_dtype(dtype)), shape), dtype);
+  if (full == shape) return kernels::matmul(x, y, dtype);
+  return raw::to(ops::sum_to(kernels::matmul(x, y, acc_dtype(dtype)), shape), dtype);
 }
 
 /// t (..., k) as a matrix (rows, k), every leading dim folded into the rows; copies only when strides refuse a view.
@@ -38,6 +41,33 @@ Tensor fold_rows(const Tensor& t) {
   return raw::reshape(t, {rows, t.size(-1)});
 }
 
+/// torch.matmul's operands: defined, floating, one device, >= 1 dim each, matching inner dims, broadcastable batch
+/// dims (apply<Matmul> has already given them one dtype).
+void check_matmul(const Tensor& a, const Tensor& b) {
+  const char* op = "matmul";
+  ops::check::defined(op, a, "a");
+  ops::check::defined(op, b, "b");
+  ops::check::same_device(op, a, "a", b, "b");
+  ops::check::same_dtype(op, a, "a", b, "b");
+  MT_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), op, ": expected floating tensors (f64, f32, f16, bf16), got ",
+           a.dtype(), " and ", b.dtype(), " (shapes ", a.shape(), " and ", b.shape(),
+           "); integer matmul is not supported");
+  MT_CHECK(a.dim() >= 1 && b.dim() >= 1, op, ": both arguments need at least 1 dim, got shapes ", a.shape(), " and ",
+           b.shape());
+  const int64_t k_a = a.size(-1);
+  const int64_t k_b = b.dim() == 1 ? b.size(0) : b.size(-2);
+  MT_CHECK(k_a == k_b, op, ": shapes cannot be multiplied (", a.shape(), " and ", b.shape(), ")");
+  // Batch dims (all but the last two) broadcast, right-aligned.
+  const int64_t batch_a = std::max<int64_t>(a.dim() - 2, 0), batch_b = std::max<int64_t>(b.dim() - 2, 0);
+  for (int64_t i = 1; i <= std::min(batch_a, batch_b); ++i) {
+    const int64_t da = a.size(batch_a - i), db = b.size(batch_b - i);
+    MT_CHECK(da == db || da == 1 || db == 1, op, ": the batch dims of shapes ", a.shape(), " and ", b.shape(),
+             " cannot be broadcast together (", da, " vs ", db, ")");
+  }
+  MT_CHECK(std::max(batch_a, batch_b) + 2 <= Shape::kMaxDims, op, ": the result of shapes ", a.shape(), " and ",
+           b.shape(), " would exceed ", Shape::kMaxDims, " dims");
+}
+
 struct Matmul {
   static constexpr const char* kName = "matmul";
   static constexpr Precision kPrecision = Precision::kLowerPrecision;  // Tensor Core GEMM, f32 accumulation
@@ -45,7 +75,8 @@ struct Matmul {
     Shape a_shape, b_shape;
   };
   static Tensor forward(Ctx& ctx, const Tensor& a, const Tensor& b) {
-    Tensor y = kernels::matmul(a, b);  // validates shapes and dtypes
+    check_matmul(a, b);
+    Tensor y = kernels::matmul(a, b, a.dtype());
     ctx.a_shape = a.shape(), ctx.b_shape = b.shape();
     // Each gradient needs the other operand only.
     ctx.save_for_backward(ctx.needs_input_grad(1) ? a : Tensor(), ctx.needs_input_grad(0) ? b : Tensor());
@@ -70,7 +101,7 @@ struct Matmul {
       const Shape b2 = b_vec ? Shape{ctx.b_shape[0], 1} : ctx.b_shape;
       if (b2.size() == 2 && a2.dim() > 2) {
         // A batch against one matrix (x @ W): the batch folds into rows and one GEMM sums it.
-        db = kernels::matmul(raw::transpose(fold_rows(a2), 0, 1), fold_rows(g));
+        db = kernels::matmul(raw::transpose(fold_rows(a2), 0, 1), fold_rows(g), g.dtype());
       } else {
         db = matmul_to(raw::transpose(a2, -1, -2), g, b2);
       }
@@ -90,6 +121,9 @@ struct Linear {
   /// x (..., in), weight (out, in), bias (out) or undefined -> (..., out).
   static Tensor forward(Ctx& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
     MT_CHECK(x.defined() && weight.defined(), "linear: x and weight must be defined tensors");
+    ops::check::floating(kName, x, "x");
+    ops::check::same_device(kName, x, "x", weight, "weight");
+    if (bias.defined()) ops::check::same_device(kName, x, "x", bias, "bias");
     MT_CHECK(weight.dim() == 2, "linear: expected weight of 2 dims (out_features, in_features), got ", weight.shape());
     MT_CHECK(x.dim() >= 1, "linear: expected x of at least 1 dim (..., in_features), got ", x.shape());
     MT_CHECK(x.size(-1) == weight.size(1), "linear: x and weight shapes cannot be multiplied (", x.shape(), " and ",
@@ -105,9 +139,9 @@ struct Linear {
     const Tensor wt = raw::transpose(weight, 0, 1);  // (in, out), read in place
     Tensor y;
     if (!bias.defined()) {
-      y = kernels::matmul(fold_rows(x), wt);
+      y = kernels::matmul(fold_rows(x), wt, x.dtype());
     } else {
-      y = kernels::addmm(bias, fold_rows(x), wt);  // the bias is added in f32 before the one rounding
+      y = kernels::addmm(bias, fold_rows(x), wt, x.dtype());  // the bias is added in f32 before the one rounding
     }
     Shape out_shape = x.shape();
     out_shape[out_shape.size() - 1] = weight.size(0);
@@ -116,12 +150,13 @@ struct Linear {
   static Grads backward(Ctx& ctx, const Tensor& dy) {
     const Tensor g = fold_rows(dy);  // (rows, out)
     Tensor dx, dweight, dbias;
-    if (ctx.needs_input_grad(0)) dx = raw::reshape(kernels::matmul(g, ctx.saved(1)), ctx.x_shape);  // dY · W
+    if (ctx.needs_input_grad(0))  // dY · W
+      dx = raw::reshape(kernels::matmul(g, ctx.saved(1), g.dtype()), ctx.x_shape);
     if (ctx.needs_input_grad(1))  // dYᵀ · X over the flattened leading dims
-      dweight = kernels::matmul(raw::transpose(g, 0, 1), fold_rows(ctx.saved(0)));
+      dweight = kernels::matmul(raw::transpose(g, 0, 1), fold_rows(ctx.saved(0)), g.dtype());
     if (ctx.needs_input_grad(2)) {  // Σ dY over the rows, accumulated in f32 for f16/bf16
       const int64_t rows_dim = 0;
-      dbias = kernels::reduce(kernels::ReduceOp::kSum, g, std::span<const int64_t>(&rows_dim, 1), false);
+      dbias = kernels::reduce(kernels::ReduceOp::kSum, g, std::span<const int64_t>(&rows_dim, 1), false, g.dtype());
     }
     return {dx, dweight, dbias};
   }

@@ -6,7 +6,7 @@
 // called outside autocast still gets f32 statistics. weight and bias are
 // optional: an undefined one gets no edge on the tape and no gradient.
 #include <mixtape/autograd/function.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/check.h>
 #include <mixtape/ops/ops.h>
 
 namespace mixtape {
@@ -26,6 +26,8 @@ struct LayerNorm {
   static Tensor forward(Ctx& ctx, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                         const Tensor& bias, double eps) {
     MT_CHECK(x.defined(), kName, ": x is an undefined tensor");
+    ops::check::floating(kName, x, "x");
+    MT_CHECK(eps >= 0, kName, ": eps must be >= 0, got ", eps);
     MT_CHECK(!normalized_shape.empty(), kName, ": normalized_shape must have at least one dim (x shape ", x.shape(),
              ")");
     bool match = normalized_shape.size() <= x.dim();
@@ -33,9 +35,13 @@ struct LayerNorm {
       match = x.size(x.dim() - normalized_shape.size() + i) == normalized_shape[i];
     MT_CHECK(match, kName, ": normalized_shape ", normalized_shape, " does not match the trailing dims of x (shape ",
              x.shape(), ")");
-    for (const auto& [p, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}})
-      MT_CHECK(!p->defined() || p->shape() == normalized_shape, kName, ": ", name, " of shape ", p->shape(),
+    for (const auto& [p, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+      if (!p->defined()) continue;
+      MT_CHECK(p->shape() == normalized_shape, kName, ": ", name, " of shape ", p->shape(),
                " does not match normalized_shape ", normalized_shape);
+      ops::check::floating(kName, *p, name);
+      ops::check::same_device(kName, x, "x", *p, name);
+    }
     ctx.has_weight = weight.defined();
     ctx.has_bias = bias.defined();
     ctx.weight_shape = ctx.bias_shape = normalized_shape;

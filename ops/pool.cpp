@@ -6,7 +6,7 @@
 // 4-D only. max_pool2d saves the argmax indices (not the input), so its
 // backward is one scatter-add.
 #include <mixtape/autograd/function.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/check.h>
 #include <mixtape/ops/ops.h>
 
 namespace mixtape {
@@ -15,7 +15,7 @@ using autograd::Grads;
 
 namespace {
 
-/// The kernels' window for `o` (stride 0: kernel_size, like PyTorch), after checking the options.
+/// The kernels' window for `o` (stride 0: kernel_size, like PyTorch), after checking the input and the options.
 kernels::Window2d pool_window(const Pool2dOptions& o, const Tensor& x, const char* op) {
   MT_CHECK(x.defined(), op, ": the input is an undefined tensor");
   MT_CHECK(x.dim() == 3 || x.dim() == 4, op, ": expected input of 4 dims (N, C, H, W) or 3 dims (C, H, W), got ",
@@ -25,10 +25,16 @@ kernels::Window2d pool_window(const Pool2dOptions& o, const Tensor& x, const cha
              ": kernel_size must be positive, stride non-negative (0: kernel_size) and padding non-negative, got "
              "kernel_size ", o.kernel_size[0], "x", o.kernel_size[1], ", stride ", o.stride[0], "x", o.stride[1],
              ", padding ", o.padding[0], "x", o.padding[1]);
-  return {{o.kernel_size[0], o.kernel_size[1]},
-          {o.stride[0] ? o.stride[0] : o.kernel_size[0], o.stride[1] ? o.stride[1] : o.kernel_size[1]},
-          {o.padding[0], o.padding[1]},
-          {1, 1}};
+  ops::check::floating(op, x, "input");
+  const kernels::Window2d w{{o.kernel_size[0], o.kernel_size[1]},
+                            {o.stride[0] ? o.stride[0] : o.kernel_size[0], o.stride[1] ? o.stride[1] : o.kernel_size[1]},
+                            {o.padding[0], o.padding[1]},
+                            {1, 1}};
+  ops::check::pool_padding(op, w);
+  Shape batched = x.shape();
+  if (x.dim() == 3) batched.insert(0, 1);
+  ops::check::window(op, batched, w);
+  return w;
 }
 
 /// Pooling's shared state: the 4-D input shape and whether a batch dim was added.

@@ -6,6 +6,7 @@
 // size 1 and expand (a stride-0 view); max sends it to the first maximal
 // element through scatter_add at the argmax.
 #include <mixtape/autograd/function.h>
+#include <mixtape/ops/check.h>
 #include <mixtape/ops/common.h>
 #include <mixtape/ops/ops.h>
 
@@ -18,22 +19,19 @@ using kernels::ReduceOp;
 
 namespace {
 
-/// Wrapped, sorted reduced dims (every dim when `dims` is empty) and the
-/// shape that keeps them as size 1.
+/// The checked, wrapped and sorted reduced dims of `x` (every dim when `dims` is empty) and the shape that keeps
+/// them as size 1.
 struct Reduced {
   std::vector<int64_t> dims;
   Shape keep_shape;
   int64_t count = 1;  // elements per output
 };
-Reduced reduced_dims(const Tensor& x, const std::vector<int64_t>& dims_in, const char* op) {
+Reduced reduced_dims(const char* op, const Tensor& x, std::span<const int64_t> dims_in) {
+  ops::check::defined(op, x, "x");
   Reduced r;
-  for (int64_t d : dims_in) r.dims.push_back(wrap_dim(d, x.dim(), op, x.shape()));
-  if (dims_in.empty())
-    for (int64_t d = 0; d < x.dim(); ++d) r.dims.push_back(d);
-  std::sort(r.dims.begin(), r.dims.end());
+  r.dims = ops::check::reduce_dims(op, x, dims_in);
   r.keep_shape = x.shape();
   for (int64_t d : r.dims) {
-    if (x.dim() == 0) break;  // a 0-d tensor: dim 0 / -1 name the tensor itself
     r.count *= x.size(d);
     r.keep_shape[d] = 1;
   }
@@ -48,9 +46,11 @@ struct Sum {
   };
   /// `dims` empty: every dim.
   static Tensor forward(Ctx& ctx, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+    const Reduced r = reduced_dims(kName, x, dims);
     ctx.input_shape = x.shape();
-    ctx.keep_shape = reduced_dims(x, dims, kName).keep_shape;
-    return kernels::reduce(ReduceOp::kSum, x, dims, keepdim);
+    ctx.keep_shape = r.keep_shape;
+    // Floating sums keep their dtype (accumulated in f32 for f16/bf16); bool and integer sums are i64.
+    return kernels::reduce(ReduceOp::kSum, x, r.dims, keepdim, is_floating(x.dtype()) ? x.dtype() : DType::kI64);
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
     return {raw::expand(raw::reshape(dy, ctx.keep_shape), ctx.input_shape)};
@@ -66,11 +66,12 @@ struct Mean {
     int64_t count = 1;
   };
   static Tensor forward(Ctx& ctx, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-    const Reduced r = reduced_dims(x, dims, kName);
+    const Reduced r = reduced_dims(kName, x, dims);
+    ops::check::arithmetic(kName, x, /*integers=*/false);
     ctx.input_shape = x.shape();
     ctx.keep_shape = r.keep_shape;
     ctx.count = r.count;
-    return kernels::reduce(ReduceOp::kMean, x, dims, keepdim);
+    return kernels::reduce(ReduceOp::kMean, x, r.dims, keepdim, x.dtype());
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
     // Scale the (small) output gradient, then expand it: one rounding per element.
@@ -90,16 +91,18 @@ struct Max {
   };
   static Tensor forward(Ctx& ctx, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
     ctx.input_shape = x.shape();
+    const int64_t one_dim[] = {dim.value_or(0)};
+    const Reduced r = reduced_dims(kName, x, dim ? std::span<const int64_t>(one_dim) : std::span<const int64_t>());
+    ops::check::nonempty_reduction(kName, x, r.dims);
     if (!dim) {
       // argmax of every element is an index into the flattened tensor.
-      if (ctx.recording) ctx.save_for_backward(kernels::reduce(ReduceOp::kArgmax, x, {}, false));
-      return kernels::reduce(ReduceOp::kMax, x, {}, false);
+      if (ctx.recording) ctx.save_for_backward(kernels::reduce(ReduceOp::kArgmax, x, r.dims, false, DType::kI64));
+      return kernels::reduce(ReduceOp::kMax, x, r.dims, false, x.dtype());
     }
-    const int64_t d = wrap_dim(*dim, x.dim(), kName, x.shape());
-    ctx.dim = x.dim() == 0 ? -1 : d;
-    const int64_t dims[] = {d};
-    if (ctx.recording) ctx.save_for_backward(kernels::reduce(ReduceOp::kArgmax, x, dims, /*keepdim=*/true));
-    return kernels::reduce(ReduceOp::kMax, x, dims, keepdim);
+    ctx.dim = x.dim() == 0 ? -1 : r.dims[0];
+    if (ctx.recording)
+      ctx.save_for_backward(kernels::reduce(ReduceOp::kArgmax, x, r.dims, /*keepdim=*/true, DType::kI64));
+    return kernels::reduce(ReduceOp::kMax, x, r.dims, keepdim, x.dtype());
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
     if (ctx.input_shape.empty()) return {dy};  // max of a 0-d tensor is the tensor
@@ -126,7 +129,7 @@ MT_REGISTER_OP(Argmax);
 }  // namespace
 
 Tensor sum(const Tensor& x) { return autograd::apply<Sum>(x, std::vector<int64_t>{}, false); }
-/// Empty `dims` reduce every dim (kernels::reduce's rule), keeping them as size 1 with `keepdim`.
+/// Empty `dims` reduce every dim (ops::check::reduce_dims' rule), keeping them as size 1 with `keepdim`.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return autograd::apply<Sum>(x, dims, keepdim);
 }
@@ -142,9 +145,15 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
-  const int64_t dims[] = {dim};
-  return kernels::reduce(ReduceOp::kArgmax, x, dims, keepdim);
+  const int64_t dims_in[] = {dim};
+  const Reduced r = reduced_dims("argmax", x, dims_in);
+  ops::check::nonempty_reduction("argmax", x, r.dims);
+  return kernels::reduce(ReduceOp::kArgmax, x, r.dims, keepdim, DType::kI64);
 }
-Tensor argmax(const Tensor& x) { return kernels::reduce(ReduceOp::kArgmax, x, {}, false); }
+Tensor argmax(const Tensor& x) {
+  const Reduced r = reduced_dims("argmax", x, {});
+  ops::check::nonempty_reduction("argmax", x, r.dims);
+  return kernels::reduce(ReduceOp::kArgmax, x, r.dims, false, DType::kI64);
+}
 
 }  // namespace mixtape

@@ -6,7 +6,7 @@
 // nothing intermediate is rounded to f16. The backward needs only the
 // output y, which the forward saves.
 #include <mixtape/autograd/function.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/check.h>
 #include <mixtape/ops/ops.h>
 
 namespace mixtape {
@@ -15,6 +15,13 @@ using autograd::Grads;
 
 namespace {
 
+/// x defined and floating; `dim` wrapped.
+int64_t check_softmax(const char* op, const Tensor& x, int64_t dim) {
+  ops::check::defined(op, x, "x");
+  ops::check::floating(op, x, "x");
+  return wrap_dim(dim, x.dim(), op, x.shape());
+}
+
 struct Softmax {
   static constexpr const char* kName = "softmax";
   static constexpr Precision kPrecision = Precision::kFp32;  // exp overflows f16 past 11; long sums lose mass
@@ -22,8 +29,8 @@ struct Softmax {
     int64_t dim = 0;
   };
   static Tensor forward(Ctx& ctx, const Tensor& x, int64_t dim) {
-    ctx.dim = dim;
-    Tensor y = kernels::softmax(x, dim, /*log=*/false);
+    ctx.dim = check_softmax(kName, x, dim);
+    Tensor y = kernels::softmax(x, ctx.dim, /*log=*/false, x.dtype());
     ctx.save_for_backward(y);
     return y;
   }
@@ -41,8 +48,8 @@ struct LogSoftmax {
     int64_t dim = 0;
   };
   static Tensor forward(Ctx& ctx, const Tensor& x, int64_t dim) {
-    ctx.dim = dim;
-    Tensor y = kernels::softmax(x, dim, /*log=*/true);
+    ctx.dim = check_softmax(kName, x, dim);
+    Tensor y = kernels::softmax(x, ctx.dim, /*log=*/true, x.dtype());
     ctx.save_for_backward(y);
     return y;
   }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <mixtape/core/raw.h>
 #include <mixtape/mixtape.h>
 
 #include "tolerance.h"

@@ -30,8 +30,10 @@
 #include <mixtape/core/random.h>
 #include <mixtape/core/storage.h>
 #include <mixtape/core/tensor.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/backend/kernels.h>
+#include <mixtape/ops/ops.h>
 
+#include "kernel_calls.h"
 #include "test_util.h"
 #include "tolerance.h"
 
@@ -276,7 +278,7 @@ double ref_reduce(kn::ReduceOp op, const std::vector<double>& x, const std::vect
   return 0;
 }
 
-/// Checks kn::reduce(op, x, dims, keepdim, out_dtype) against the reference.
+/// Checks mt::test::reduce(op, x, dims, keepdim, out_dtype) against the reference.
 void check_reduce(kn::ReduceOp op, const Tensor& x, std::vector<int64_t> dims, bool keepdim,
                   std::optional<DType> out_dtype, const std::string& config_in, Tolerance tol, bool exact) {
   const std::string config = describe(config_in, " op=", kn::name(op), " x=", x.shape(), " ", x.dtype(), " dims=[",
@@ -286,7 +288,7 @@ void check_reduce(kn::ReduceOp op, const Tensor& x, std::vector<int64_t> dims, b
                                         return s;
                                       }(),
                                       "] keepdim=", keepdim);
-  const Tensor got = kn::reduce(op, x, dims, keepdim, out_dtype);
+  const Tensor got = mt::test::reduce(op, x, dims, keepdim, out_dtype);
   std::vector<bool> reduced(static_cast<size_t>(x.dim()), dims.empty());
   if (x.dim() > 0)
     for (int64_t d : dims) reduced[static_cast<size_t>(d < 0 ? d + x.dim() : d)] = true;
@@ -357,7 +359,7 @@ void check_matmul(const Tensor& a, const Tensor& b, std::optional<DType> out_dty
   const std::string config =
       describe(config_in, " op=matmul a=", a.shape(), " b=", b.shape(), " ", a.dtype(), " out_dtype=",
                out_dtype ? mt::dtype_name(*out_dtype) : "default");
-  const Tensor got = kn::matmul(a, b, out_dtype);
+  const Tensor got = mt::test::matmul(a, b, out_dtype);
   const MatmulRef ref = ref_matmul(a, b);
   const DType dtype = out_dtype.value_or(a.dtype());
   check_shape(got, ref.shape, dtype, config);
@@ -675,14 +677,14 @@ BOOST_AUTO_TEST_CASE(sum_of_ten_million_f32_stays_within_1e_6_of_f64, *utf::labe
   const std::vector<double> xv = values(x);
   long double want = 0;
   for (double v : xv) want += v;
-  const Tensor got = kn::reduce(kn::ReduceOp::kSum, x, {}, false);
+  const Tensor got = mt::test::reduce(kn::ReduceOp::kSum, x, {}, false);
   const double rel = std::fabs(got.item<double>() - static_cast<double>(want)) / static_cast<double>(want);
   BOOST_TEST(rel < 1e-6, "sum of 1e7 f32 (seed 42): got " << got.item<double>() << ", f64 sum "
                                                            << static_cast<double>(want) << ", relative error " << rel);
   // Fixed chunks and a fixed combination order: the same bits every time.
-  BOOST_TEST(kn::reduce(kn::ReduceOp::kSum, x, {}, false).item<float>() == got.item<float>());
+  BOOST_TEST(mt::test::reduce(kn::ReduceOp::kSum, x, {}, false).item<float>() == got.item<float>());
   // Mean as well, and as f64 statistics of f32 data.
-  const Tensor mean = kn::reduce(kn::ReduceOp::kMean, x, {}, false, DType::kF64);
+  const Tensor mean = mt::test::reduce(kn::ReduceOp::kMean, x, {}, false, DType::kF64);
   BOOST_TEST(mean.dtype() == DType::kF64);
   BOOST_TEST(std::fabs(mean.item<double>() - static_cast<double>(want / n)) < 1e-12);
 }
@@ -691,7 +693,7 @@ BOOST_AUTO_TEST_CASE(f16_and_bf16_statistics_in_f32, *utf::label("cpu")) {
   for (DType dtype : {DType::kF16, DType::kBF16}) {
     // 2^16 ones round to 65536, which f16 cannot hold: the f32 result can.
     const Tensor ones = mt::ones({1 << 16}, dtype);
-    const Tensor s = kn::reduce(kn::ReduceOp::kSum, ones, {}, false, DType::kF32);
+    const Tensor s = mt::test::reduce(kn::ReduceOp::kSum, ones, {}, false, DType::kF32);
     BOOST_TEST(s.dtype() == DType::kF32);
     BOOST_TEST(s.item<double>() == 65536.0);
     const Tensor x = input({64, 300}, dtype, -0.5, 1.5, 77);
@@ -705,31 +707,31 @@ BOOST_AUTO_TEST_CASE(f16_and_bf16_statistics_in_f32, *utf::label("cpu")) {
 BOOST_AUTO_TEST_CASE(argmax_ties_nan_and_integer_reductions, *utf::label("cpu")) {
   // Ties: the first index wins.
   const Tensor t = mt::tensor({3.0f, 1.0f, 3.0f, 2.0f, 1.0f});
-  BOOST_TEST(kn::reduce(kn::ReduceOp::kArgmax, t, {}, false).item<int64_t>() == 0);
-  BOOST_TEST(kn::reduce(kn::ReduceOp::kArgmin, t, {}, false).item<int64_t>() == 1);
+  BOOST_TEST(mt::test::reduce(kn::ReduceOp::kArgmax, t, {}, false).item<int64_t>() == 0);
+  BOOST_TEST(mt::test::reduce(kn::ReduceOp::kArgmin, t, {}, false).item<int64_t>() == 1);
   // Ties across the fixed chunks of a long reduction.
   Tensor z = mt::zeros({100000});
   z.set({40000}, 1.0);
   z.set({90000}, 1.0);
   z.set({70000}, -1.0);
   z.set({99999}, -1.0);
-  BOOST_TEST(kn::reduce(kn::ReduceOp::kArgmax, z, {}, false).item<int64_t>() == 40000);
-  BOOST_TEST(kn::reduce(kn::ReduceOp::kArgmin, z, {}, false).item<int64_t>() == 70000);
+  BOOST_TEST(mt::test::reduce(kn::ReduceOp::kArgmax, z, {}, false).item<int64_t>() == 40000);
+  BOOST_TEST(mt::test::reduce(kn::ReduceOp::kArgmin, z, {}, false).item<int64_t>() == 70000);
   // NaN is the max and the min; the first NaN wins; max/min propagate it.
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (DType dtype : kFloatTypes) {
     const Tensor n = mt::tensor({1.0, nan, 5.0, nan}, dtype);
-    BOOST_TEST(kn::reduce(kn::ReduceOp::kArgmax, n, {}, false).item<int64_t>() == 1);
-    BOOST_TEST(kn::reduce(kn::ReduceOp::kArgmin, n, {}, false).item<int64_t>() == 1);
-    BOOST_TEST(std::isnan(kn::reduce(kn::ReduceOp::kMax, n, {}, false).item<double>()));
-    BOOST_TEST(std::isnan(kn::reduce(kn::ReduceOp::kMin, n, {}, false).item<double>()));
-    BOOST_TEST(std::isnan(kn::reduce(kn::ReduceOp::kSum, n, {}, false).item<double>()));
+    BOOST_TEST(mt::test::reduce(kn::ReduceOp::kArgmax, n, {}, false).item<int64_t>() == 1);
+    BOOST_TEST(mt::test::reduce(kn::ReduceOp::kArgmin, n, {}, false).item<int64_t>() == 1);
+    BOOST_TEST(std::isnan(mt::test::reduce(kn::ReduceOp::kMax, n, {}, false).item<double>()));
+    BOOST_TEST(std::isnan(mt::test::reduce(kn::ReduceOp::kMin, n, {}, false).item<double>()));
+    BOOST_TEST(std::isnan(mt::test::reduce(kn::ReduceOp::kSum, n, {}, false).item<double>()));
   }
   // Per row, 2-D, with ties.
   const Tensor m = mt::tensor({1.0, 4.0, 4.0, 7.0, 7.0, 0.0}).view({2, 3});
-  check_values(kn::reduce(kn::ReduceOp::kArgmax, m, std::vector<int64_t>{1}, false), {1, 0}, {}, true,
+  check_values(mt::test::reduce(kn::ReduceOp::kArgmax, m, std::vector<int64_t>{1}, false), {1, 0}, {}, true,
                "argmax rows");
-  check_values(kn::reduce(kn::ReduceOp::kArgmax, m, std::vector<int64_t>{0}, true), {1, 1, 0}, {}, true,
+  check_values(mt::test::reduce(kn::ReduceOp::kArgmax, m, std::vector<int64_t>{0}, true), {1, 1, 0}, {}, true,
                "argmax columns");
   // Integers sum in i64; bool counts.
   const Tensor i = mt::randint(-1000, 1000, {50, 40}, DType::kI32);
@@ -737,21 +739,21 @@ BOOST_AUTO_TEST_CASE(argmax_ties_nan_and_integer_reductions, *utf::label("cpu"))
   check_reduce(kn::ReduceOp::kMax, i, {0}, false, std::nullopt, "i32 max", {}, true);
   check_reduce(kn::ReduceOp::kArgmin, i, {}, false, std::nullopt, "i32 argmin", {}, true);
   const Tensor b = mt::tensor({true, false, true, true});
-  BOOST_TEST(kn::reduce(kn::ReduceOp::kSum, b, {}, false).item<int64_t>() == 3);
-  BOOST_TEST((kn::reduce(kn::ReduceOp::kSum, b, {}, false).dtype() == DType::kI64));
+  BOOST_TEST(mt::test::reduce(kn::ReduceOp::kSum, b, {}, false).item<int64_t>() == 3);
+  BOOST_TEST((mt::test::reduce(kn::ReduceOp::kSum, b, {}, false).dtype() == DType::kI64));
 }
 
 BOOST_AUTO_TEST_CASE(empty_reductions, *utf::label("cpu")) {
   const Tensor e = mt::zeros({3, 0});
   const std::vector<int64_t> dim1{1}, dim0{0};
-  check_values(kn::reduce(kn::ReduceOp::kSum, e, dim1, false), {0, 0, 0}, {}, true, "sum over an empty dim");
-  const Tensor mean = kn::reduce(kn::ReduceOp::kMean, e, dim1, true);
+  check_values(mt::test::reduce(kn::ReduceOp::kSum, e, dim1, false), {0, 0, 0}, {}, true, "sum over an empty dim");
+  const Tensor mean = mt::test::reduce(kn::ReduceOp::kMean, e, dim1, true);
   check_shape(mean, {3, 1}, DType::kF32, "mean over an empty dim");
   check_values(mean, std::vector<double>(3, std::numeric_limits<double>::quiet_NaN()), {}, true, "mean of nothing");
-  BOOST_TEST(kn::reduce(kn::ReduceOp::kSum, e, {}, false).item<double>() == 0.0);
+  BOOST_TEST(mt::test::reduce(kn::ReduceOp::kSum, e, {}, false).item<double>() == 0.0);
   // Reducing a non-empty dim of an empty tensor gives an empty result, for max too.
-  check_shape(kn::reduce(kn::ReduceOp::kMax, e, dim0, false), {0}, DType::kF32, "max over dim 0 of [3, 0]");
-  check_shape(kn::reduce(kn::ReduceOp::kArgmax, e, dim0, true), {1, 0}, DType::kI64, "argmax over dim 0 of [3, 0]");
+  check_shape(mt::test::reduce(kn::ReduceOp::kMax, e, dim0, false), {0}, DType::kF32, "max over dim 0 of [3, 0]");
+  check_shape(mt::test::reduce(kn::ReduceOp::kArgmax, e, dim0, true), {1, 0}, DType::kI64, "argmax over dim 0 of [3, 0]");
 }
 
 // ---- matmul ---------------------------------------------------------------------------------
@@ -790,7 +792,7 @@ BOOST_AUTO_TEST_CASE(matmul_2d_every_dtype_and_layout, *utf::label("cpu")) {
     check_values(naive, ref.c, mt::test::tolerance(DType::kF64), false, "matmul_naive vs the test's own loop " + config);
     // Same override as check_matmul: the f32 accumulation error grows with k.
     const std::vector<double> slack = accumulation_slack(ref, 300, dtype);
-    check_values(kn::matmul(a, b), values(naive), mt::test::tolerance(dtype), false, "matmul vs matmul_naive " + config,
+    check_values(mt::test::matmul(a, b), values(naive), mt::test::tolerance(dtype), false, "matmul vs matmul_naive " + config,
                  &slack);
   }
 }
@@ -801,7 +803,7 @@ BOOST_AUTO_TEST_CASE(matmul_f16_bf16_with_f32_output, *utf::label("cpu")) {
     check_matmul(a, b, DType::kF32, "f32 out, seeds 31/32");
     check_matmul(a, b, std::nullopt, "default out, seeds 31/32");
     // The f16/bf16 result is the f32 result rounded once.
-    const Tensor wide = kn::matmul(a, b, DType::kF32), narrow = kn::matmul(a, b);
+    const Tensor wide = mt::test::matmul(a, b, DType::kF32), narrow = mt::test::matmul(a, b);
     std::vector<double> want = values(wide);
     for (double& v : want) v = round_to(dtype, v);
     check_values(narrow, want, {}, true, describe("matmul ", dtype, " == round(f32 matmul)"));
@@ -858,7 +860,7 @@ BOOST_AUTO_TEST_CASE(matmul_reads_transposed_views_in_place, *utf::label("cpu"))
   const Tensor b = input({256, 512}, DType::kF32, -1, 1, 52).t();  // [512, 256]
   const int64_t before = mt::cpu_memory_stats().allocated_bytes;
   mt::reset_cpu_peak_memory();
-  const Tensor c = kn::matmul(a, b);
+  const Tensor c = mt::test::matmul(a, b);
   const int64_t growth = mt::cpu_memory_stats().peak_allocated_bytes - before;
   BOOST_TEST(growth <= 384 * 256 * 4, "matmul of transposed views allocated " << growth << " bytes; the output is "
                                                                               << 384 * 256 * 4);
@@ -910,7 +912,7 @@ void check_cross_entropy(const Tensor& x, double eps, const std::string& what) {
   check_values(r.mean, {sum / counted}, mt::test::tolerance(A), false, config + ", mean");
 
   const Tensor w = mt::randn({rows}).to(A);
-  const Tensor dx = kn::cross_entropy_backward(x, target, r.lse, w, -100, eps);
+  const Tensor dx = kn::cross_entropy_backward(x, target, r.lse, w, -100, eps, Tensor());
   check_shape(dx, x.shape(), dt, config + ", dx");
   const std::vector<double> lk = values(r.lse), wv = values(w);
   std::vector<double> want(xv.size());
@@ -929,7 +931,7 @@ void check_cross_entropy(const Tensor& x, double eps, const std::string& what) {
   const Tensor dx_div = kn::cross_entropy_backward(x, target, r.lse, mt::from_vector<double>({0.75}, {1}, dt), -100,
                                                    eps, mt::scalar_tensor(3.0, A));
   const Tensor dx_quot =
-      kn::cross_entropy_backward(x, target, r.lse, mt::from_vector<double>({0.25}, {1}, A), -100, eps);
+      kn::cross_entropy_backward(x, target, r.lse, mt::from_vector<double>({0.25}, {1}, A), -100, eps, Tensor());
   check_values(dx_div, values(dx_quot), {0, 0}, true, config + ", dx with a divisor");
 }
 
@@ -959,9 +961,9 @@ BOOST_AUTO_TEST_CASE(cross_entropy_edge_rows, *utf::label("cpu")) {
   BOOST_TEST(loss[1] == std::log(1 + std::exp(-1.0)), boost::test_tools::tolerance(1e-6));
   // One scale for every row (the sum and mean reductions) equals the scale repeated per row.
   const Tensor one = mt::from_vector<double>({0.5}, {1}, DType::kF32);
-  const Tensor dx = kn::cross_entropy_backward(x, target, r.lse, one, -100, 0.0);
+  const Tensor dx = kn::cross_entropy_backward(x, target, r.lse, one, -100, 0.0, Tensor());
   const Tensor dx_rows =
-      kn::cross_entropy_backward(x, target, r.lse, mt::from_vector<double>({0.5, 0.5}, {2}, DType::kF32), -100, 0.0);
+      kn::cross_entropy_backward(x, target, r.lse, mt::from_vector<double>({0.5, 0.5}, {2}, DType::kF32), -100, 0.0, Tensor());
   check_values(dx, values(dx_rows), {0, 0}, true, "cross_entropy_backward, one scale for every row");
   const std::vector<double> g = values(dx);
   BOOST_TEST(g[0] == 0.0);
@@ -985,69 +987,86 @@ BOOST_AUTO_TEST_CASE(cross_entropy_misuse, *utf::label("cpu")) {
   const Tensor x = mt::zeros({2, 5}), lse = mt::zeros({2});
   const Tensor target = mt::from_vector<int64_t>({1, 5}, {2}, DType::kI64);
   const Tensor ok = mt::from_vector<int64_t>({1, 4}, {2}, DType::kI64);
+  // Target values: a pass over the data on the CPU, in the kernels themselves (internal callers too).
   expect_error([&] { kn::cross_entropy(x, target, -100, 0.0); },
                {"cross_entropy: target value 5", "out of range for 5 classes"});
-  expect_error([&] { kn::cross_entropy_backward(x, target, lse, lse, -100, 0.0); },
+  expect_error([&] { kn::cross_entropy_backward(x, target, lse, lse, -100, 0.0, Tensor()); },
                {"cross_entropy_backward: target value 5"});
-  expect_error([&] { kn::cross_entropy(mt::zeros({2, 5, 1}), ok, -100, 0.0); },
-               {"cross_entropy: expected logits of shape (rows, C)", "[2, 5, 1]"});
-  expect_error([&] { kn::cross_entropy(x, mt::zeros({2}), -100, 0.0); }, {"cross_entropy:", "i64", "f32"});
-  expect_error([&] { kn::cross_entropy(x, mt::zeros({3}, DType::kI64), -100, 0.0); },
-               {"cross_entropy: target of shape [3]", "[2, 5]"});
+  // The entry point's dtype invariants.
+  expect_error([&] { kn::cross_entropy(x, mt::zeros({2}), -100, 0.0); },
+               {"kernels::cross_entropy: its invariant", "target = f32 [2] on cpu"});
   expect_error([&] { kn::cross_entropy(mt::zeros({2, 5}, DType::kI64), ok, -100, 0.0); },
-               {"cross_entropy:", "floating", "i64"});
-  expect_error([&] { kn::cross_entropy(x, ok, -100, 1.5); }, {"cross_entropy: label_smoothing must be in [0, 1]"});
-  expect_error([&] { kn::cross_entropy_backward(x, ok, lse.to(DType::kF16), lse, -100, 0.0); },
-               {"cross_entropy_backward: lse of f32 logits must be f32", "f16"});
-  expect_error([&] { kn::cross_entropy_backward(x, ok, mt::zeros({1}), lse, -100, 0.0); },
-               {"cross_entropy_backward: lse of shape [1]", "[2, 5]"});
-  expect_error([&] { kn::cross_entropy_backward(x, ok, lse, mt::zeros({3}), -100, 0.0); },
-               {"cross_entropy_backward: row_scale of shape [3]", "or a single value"});
-  expect_error([&] { kn::cross_entropy_backward(x, ok, Tensor(), lse, -100, 0.0); },
-               {"cross_entropy_backward:", "'lse'", "undefined"});
-  expect_error([&] { kn::cross_entropy_backward(x, ok, lse, lse.to(DType::kF16), -100, 0.0); },
-               {"cross_entropy_backward: row_scale of f32 logits must be f32", "f16"});
-  expect_error([&] { kn::cross_entropy_backward(x, ok, lse, lse, -100, 0.0, mt::zeros({2})); },
-               {"cross_entropy_backward: divisor must be a single f32 value", "[2]"});
+               {"kernels::cross_entropy: its invariant", "logits = i64 [2, 5]"});
+  expect_error([&] { kn::cross_entropy_backward(x, ok, lse.to(DType::kF16), lse, -100, 0.0, Tensor()); },
+               {"kernels::cross_entropy_backward: its invariant", "lse = f16 [2]"});
+  expect_error([&] { kn::cross_entropy_backward(x, ok, lse, lse.to(DType::kBF16), -100, 0.0, Tensor()); },
+               {"kernels::cross_entropy_backward: its invariant", "row_scale = bf16 [2]"});
+  // What users call says it in their words.
+  expect_error([&] { mt::cross_entropy(mt::zeros({2, 5}), mt::zeros({2})); }, {"cross_entropy:", "i64", "f32"});
+  expect_error([&] { mt::cross_entropy(x, mt::zeros({3}, DType::kI64)); },
+               {"cross_entropy: target of shape [3]", "[2, 5]"});
+  expect_error([&] { mt::cross_entropy(mt::zeros({2, 5}, DType::kI64), ok); }, {"cross_entropy:", "floating", "i64"});
+  expect_error([&] { mt::cross_entropy(x, ok, {.label_smoothing = 1.5}); },
+               {"cross_entropy: label_smoothing must be in [0, 1]"});
+}
+
+BOOST_AUTO_TEST_CASE(kernel_invariants_are_checked_at_the_entry_point, *utf::label("cpu")) {
+  // What a kernel cannot be handed without reading memory wrongly: these are bugs in an op, and the message lists
+  // every argument the kernel got.
+  const Tensor f32 = mt::zeros({2, 3}), f16 = mt::zeros({2, 3}, DType::kF16), i64 = mt::zeros({2, 3}, DType::kI64);
+  expect_error([&] { kn::binary(kn::BinaryOp::kAdd, f32, f16); },
+               {"kernels::binary: its invariant", "op = add", "a = f32 [2, 3] on cpu", "b = f16 [2, 3] on cpu"});
+  expect_error([&] { kn::binary(kn::BinaryOp::kDiv, i64, i64); }, {"kernels::binary: its invariant", "op = div"});
+  expect_error([&] { kn::unary(kn::UnaryOp::kExp, i64); }, {"kernels::unary: its invariant", "x = i64 [2, 3]"});
+  expect_error([&] { kn::unary(kn::UnaryOp::kNeg, mt::zeros({2}, DType::kBool)); }, {"kernels::unary:", "bool"});
+  expect_error([&] { kn::scalar(kn::ScalarOp::kAdd, i64, 0.5); }, {"kernels::scalar: its invariant", "s = 0.5"});
+  expect_error([&] { kn::where(f32, f32, f32); }, {"kernels::where: its invariant", "cond = f32"});
+  expect_error([&] { kn::where(mt::zeros({2, 3}, DType::kBool), f32, f16); }, {"kernels::where:", "f32", "f16"});
+  expect_error([&] { kn::matmul(f32, f16.t(), DType::kF32); }, {"kernels::matmul: its invariant", "f16 [3, 2]"});
+  expect_error([&] { kn::reduce(kn::ReduceOp::kArgmax, f32, std::vector<int64_t>{0, 1}, false, DType::kF32); },
+               {"kernels::reduce: its invariant", "out_dtype = f32"});
+  expect_error([&] { kn::unary(kn::UnaryOp::kRelu, Tensor()); }, {"kernels::unary:", "x = undefined"});
+  // In place: the target must own its elements, the operand must not overlap it (except as the very same view).
+  const Tensor target = mt::zeros({2, 3});
+  expect_error([&] { kn::binary_(kn::BinaryOp::kAdd, mt::zeros({3}).expand({2, 3}), f32); },
+               {"kernels::binary_: its invariant"});
+  expect_error([&] { kn::binary_(kn::BinaryOp::kAdd, f32, mt::zeros({4, 2, 3})); }, {"kernels::binary_:"});
+  expect_error([&] { kn::binary_(kn::BinaryOp::kAdd, target, target.t().t().slice(1, 0, 3, 1).slice(0, 1, 2)); },
+               {"kernels::binary_:"});
+  expect_error([&] { kn::binary_(kn::BinaryOp::kEq, f32, f32); }, {"kernels::binary_:"});
+  BOOST_CHECK_NO_THROW(kn::binary_(kn::BinaryOp::kAdd, target, target));
 }
 
 BOOST_AUTO_TEST_CASE(misuse_gets_errors_naming_op_shapes_and_dtypes, *utf::label("cpu")) {
+  // The same mistakes made through what users call: each op checks its arguments once, in its forward.
   const Tensor f32 = mt::zeros({2, 3}), f16 = mt::zeros({2, 3}, DType::kF16), i64 = mt::zeros({2, 3}, DType::kI64);
-  const std::vector<int64_t> dims_bad{3}, dims_dup{1, -1}, dim1{1};
-  expect_error([&] { kn::binary(kn::BinaryOp::kAdd, f32, f16); }, {"add: expected tensors of the same dtype", "f32",
-                                                                   "f16", "[2, 3]"});
-  expect_error([&] { kn::binary(kn::BinaryOp::kMul, f32, mt::zeros({4})); }, {"mul: shapes [2, 3] and [4]",
-                                                                             "cannot be broadcast"});
-  expect_error([&] { kn::binary(kn::BinaryOp::kDiv, i64, i64); }, {"div: expected a floating dtype", "i64"});
-  expect_error([&] { kn::unary(kn::UnaryOp::kExp, i64); }, {"exp: expected a floating dtype", "i64", "[2, 3]"});
-  expect_error([&] { kn::unary(kn::UnaryOp::kNeg, mt::zeros({2}, DType::kBool)); }, {"neg:", "bool"});
-  expect_error([&] { kn::scalar(kn::ScalarOp::kAdd, i64, 0.5); }, {"add_scalar: the scalar 0.5 is not an integer",
-                                                                  "i64"});
-  expect_error([&] { kn::where(f32, f32, f32); }, {"where: the condition must be bool", "f32"});
-  expect_error([&] { kn::where(mt::zeros({2, 3}, DType::kBool), f32, f16); }, {"where:", "f32", "f16"});
-  expect_error([&] { kn::matmul(mt::zeros({2, 3}), mt::zeros({4, 5})); },
+  expect_error([&] { mt::mul(f32, mt::zeros({4})); }, {"mul: shapes [2, 3] and [4]", "cannot be broadcast"});
+  expect_error([&] { mt::div(i64, i64); }, {"div: expected a floating dtype", "i64"});
+  expect_error([&] { mt::exp(i64); }, {"exp: expected a floating dtype", "i64", "[2, 3]"});
+  expect_error([&] { mt::neg(mt::zeros({2}, DType::kBool)); }, {"neg:", "bool"});
+  expect_error([&] { mt::add(i64, 0.5); }, {"add_scalar: the scalar 0.5 is not an integer", "i64"});
+  expect_error([&] { mt::matmul(mt::zeros({2, 3}), mt::zeros({4, 5})); },
                {"matmul: shapes cannot be multiplied ([2, 3] and [4, 5])"});
-  expect_error([&] { kn::matmul(i64, i64.t()); }, {"matmul: expected floating tensors", "i64"});
-  expect_error([&] { kn::matmul(f32, f16.t()); }, {"matmul:", "f32", "f16"});
-  expect_error([&] { kn::matmul(mt::zeros({2, 2, 3}), mt::zeros({3, 3, 4})); }, {"matmul:", "batch",
+  expect_error([&] { mt::matmul(i64, i64.t()); }, {"matmul:", "i64"});
+  expect_error([&] { mt::matmul(f32, f16.t()); }, {"matmul:", "f32", "f16", "one dtype"});
+  expect_error([&] { mt::matmul(mt::zeros({2, 2, 3}), mt::zeros({3, 3, 4})); }, {"matmul:", "batch",
                                                                                 "[2, 2, 3]", "[3, 3, 4]"});
-  expect_error([&] { kn::matmul(mt::scalar_tensor(1.0), f32); }, {"matmul:", "at least 1 dim"});
-  expect_error([&] { kn::reduce(kn::ReduceOp::kSum, f32, dims_bad, false); }, {"sum: dim 3 is out of range", "[2, 3]"});
-  expect_error([&] { kn::reduce(kn::ReduceOp::kSum, f32, dims_dup, false); },
-               {"sum: dim 1 appears more than once", "[1, -1]", "[2, 3]"});
-  expect_error([&] { kn::reduce(kn::ReduceOp::kMax, mt::zeros({3, 0}), dim1, false); },
-               {"max: cannot reduce over zero elements", "[3, 0]"});
-  expect_error([&] { kn::reduce(kn::ReduceOp::kArgmax, mt::zeros({0}), {}, false); }, {"argmax:", "[0]"});
-  expect_error([&] { kn::reduce(kn::ReduceOp::kMean, i64, {}, false); }, {"mean: expected a floating dtype", "i64"});
-  expect_error([&] { kn::reduce(kn::ReduceOp::kArgmax, f32, {}, false, DType::kF32); }, {"argmax:", "i64"});
-  expect_error([&] { kn::unary(kn::UnaryOp::kRelu, Tensor()); }, {"relu:", "undefined"});
+  expect_error([&] { mt::matmul(mt::scalar_tensor(1.0), f32); }, {"matmul:", "at least 1 dim"});
+  expect_error([&] { mt::linear(i64, i64); }, {"linear:", "floating", "i64"});
+  expect_error([&] { mt::sum(f32, {3}); }, {"sum: dim 3 is out of range", "[2, 3]"});
+  expect_error([&] { mt::sum(f32, {1, -1}); }, {"sum: dim 1 appears more than once", "[1, -1]", "[2, 3]"});
+  expect_error([&] { mt::max(mt::zeros({3, 0}), 1); }, {"max: cannot reduce over zero elements", "[3, 0]"});
+  expect_error([&] { mt::argmax(mt::zeros({0})); }, {"argmax:", "[0]"});
+  expect_error([&] { mt::mean(i64); }, {"mean: expected a floating dtype", "i64"});
+  expect_error([&] { mt::relu(Tensor()); }, {"relu:", "undefined"});
 }
 
 BOOST_AUTO_TEST_CASE(device_mismatch_names_both_devices, MT_GPU_TEST) {
   const Tensor cpu = mt::zeros({2, 3}), gpu = mt::zeros({2, 3}, mt::Device::cuda());
-  expect_error([&] { kn::binary(kn::BinaryOp::kAdd, cpu, gpu); }, {"add: expected tensors on the same device", "cpu",
-                                                                   "cuda:0", "[2, 3]"});
-  expect_error([&] { kn::matmul(cpu, gpu.t()); }, {"matmul:", "cpu", "cuda:0"});
+  expect_error([&] { mt::add(cpu, gpu); }, {"add: expected 'a' and 'b' on the same device", "cpu", "cuda:0", "[2, 3]"});
+  expect_error([&] { mt::matmul(cpu, gpu.t()); }, {"matmul:", "cpu", "cuda:0"});
+  expect_error([&] { kn::binary(kn::BinaryOp::kAdd, cpu, gpu); },
+               {"kernels::binary: expected every tensor on one device", "cpu", "cuda:0"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

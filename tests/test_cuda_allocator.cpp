@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <mixtape/cuda/testing.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/runtime.h>
 #include <mixtape/cuda/stream.h>

@@ -24,11 +24,14 @@
 #include <utility>
 #include <vector>
 
+#include <mixtape/cuda/testing.h>
+#include <mixtape/core/raw.h>
 #include <mixtape/core/random.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/runtime.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/backend/kernels.h>
 
+#include "kernel_calls.h"
 #include "test_util.h"
 #include "tolerance.h"
 
@@ -276,12 +279,12 @@ namespace {
 /// exact: no arithmetic happens.
 void check_reduce(k::ReduceOp op, const Tensor& x, std::vector<int64_t> dims, bool keepdim, const std::string& layout,
                   std::optional<DType> out_dtype = std::nullopt) {
-  const Tensor want = k::reduce(op, x, dims, keepdim, out_dtype);
-  const Tensor got = k::reduce(op, same_view_on_gpu(x), dims, keepdim, out_dtype);
+  const Tensor want = mt::test::reduce(op, x, dims, keepdim, out_dtype);
+  const Tensor got = mt::test::reduce(op, same_view_on_gpu(x), dims, keepdim, out_dtype);
   std::vector<double> allowance;
   if (op == k::ReduceOp::kSum || op == k::ReduceOp::kMean) {
     if (mt::is_floating(x.dtype())) {
-      allowance = k::reduce(op, k::unary(k::UnaryOp::kAbs, x.to(mt::kF64)), dims, keepdim).to_vector<double>();
+      allowance = mt::test::reduce(op, k::unary(k::UnaryOp::kAbs, x.to(mt::kF64)), dims, keepdim).to_vector<double>();
       for (double& a : allowance) a *= std::ldexp(1.0, -17);
     }
   }
@@ -383,11 +386,11 @@ namespace {
 /// of the accumulator (f32, or f64 for f64): twice the classic worst-case bound of one dot product of length k.
 void check_matmul(const Tensor& a, const Tensor& b, const std::string& layout,
                   std::optional<DType> out_dtype = std::nullopt) {
-  const Tensor want = k::matmul(a, b, out_dtype);
-  const Tensor got = k::matmul(same_view_on_gpu(a), same_view_on_gpu(b), out_dtype);
+  const Tensor want = mt::test::matmul(a, b, out_dtype);
+  const Tensor got = mt::test::matmul(same_view_on_gpu(a), same_view_on_gpu(b), out_dtype);
   const int64_t depth = a.size(-1);
   const double u = a.dtype() == mt::kF64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
-  const Tensor bound = k::matmul(k::unary(k::UnaryOp::kAbs, a.to(mt::kF64)), k::unary(k::UnaryOp::kAbs, b.to(mt::kF64)));
+  const Tensor bound = mt::test::matmul(k::unary(k::UnaryOp::kAbs, a.to(mt::kF64)), k::unary(k::UnaryOp::kAbs, b.to(mt::kF64)));
   std::vector<double> allowance = bound.to_vector<double>();
   for (double& v : allowance) v *= 2.0 * static_cast<double>(depth) * u;
   std::ostringstream what;

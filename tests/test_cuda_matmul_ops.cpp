@@ -13,7 +13,7 @@
 
 #include <mixtape/cuda/runtime.h>
 #include <mixtape/mixtape.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/backend/kernels.h>
 
 #include "test_util.h"
 
@@ -143,8 +143,8 @@ BOOST_AUTO_TEST_CASE(addmm_on_cuda_matches_the_cpu, MT_GPU_TEST) {
   for (DType dt : {mt::kF16, mt::kBF16, mt::kF32})
     for (const auto& [m, k, n] : {std::tuple{1, 1, 1}, {7, 13, 5}, {128, 784, 512}, {128, 256, 10}, {65, 0, 33}}) {
       const Tensor a = mt::randn({m, k}).to(dt), b = mt::randn({n, k}).to(dt).t(), bias = mt::randn({n}).to(dt);
-      const Tensor want = mt::kernels::addmm(bias, a, b);
-      const Tensor got = mt::kernels::addmm(bias.to(Device::cuda()), a.to(Device::cuda()), b.to(Device::cuda()));
+      const Tensor want = mt::kernels::addmm(bias, a, b, a.dtype());
+      const Tensor got = mt::kernels::addmm(bias.to(Device::cuda()), a.to(Device::cuda()), b.to(Device::cuda()), a.dtype());
       BOOST_TEST(relative_error(got, want) < bound(dt), mt::dtype_name(dt) << " addmm " << m << "x" << k << "x" << n);
     }
 }

@@ -19,9 +19,10 @@
 #include <string>
 #include <vector>
 
+#include <mixtape/core/raw.h>
 #include <mixtape/core/random.h>
 #include <mixtape/core/tensor.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/backend/kernels.h>
 #include <mixtape/ops/ops.h>
 
 #include "test_util.h"
@@ -529,14 +530,14 @@ void check_cross_entropy(const Tensor& x, double eps, const std::string& what, c
   expect_close(g.count, cpu.count, {0, 0}, 0.0, config + ", count");
 
   const Tensor w = randn_as({rows}, A);
-  const Tensor dx_cpu = kernels::cross_entropy_backward(x, target, cpu.lse, w, -100, eps);
-  const Tensor dx_gpu = kernels::cross_entropy_backward(xg, gpu(target), gpu(cpu.lse), gpu(w), -100, eps);
+  const Tensor dx_cpu = kernels::cross_entropy_backward(x, target, cpu.lse, w, -100, eps, Tensor());
+  const Tensor dx_gpu = kernels::cross_entropy_backward(xg, gpu(target), gpu(cpu.lse), gpu(w), -100, eps, Tensor());
   // Elementwise from the same lse: the two backends differ by their exp's last-ulp error before the one rounding.
   expect_close(dx_gpu, dx_cpu, mt::test::tolerance(dt), 0.0, config + ", dx");
   expect_finite(dx_gpu, config + ", dx");
   const Tensor one = randn_as({1}, A);
-  expect_close(kernels::cross_entropy_backward(xg, gpu(target), gpu(cpu.lse), gpu(one), -100, eps),
-               kernels::cross_entropy_backward(x, target, cpu.lse, one, -100, eps), mt::test::tolerance(dt), 0.0,
+  expect_close(kernels::cross_entropy_backward(xg, gpu(target), gpu(cpu.lse), gpu(one), -100, eps, Tensor()),
+               kernels::cross_entropy_backward(x, target, cpu.lse, one, -100, eps, Tensor()), mt::test::tolerance(dt), 0.0,
                config + ", dx with one scale for every row");
   // The mean's backward: a scale in the logits' dtype, divided by the count in the kernel.
   const Tensor scale = randn_as({1}, dt), count = mt::scalar_tensor(7.0, A);
@@ -638,7 +639,7 @@ BOOST_AUTO_TEST_CASE(cross_entropy_kernels_bad_and_ignored_targets, MT_GPU_TEST)
                             os.str() << ": sum " << r.sum.cpu().item<double>() << ", count "
                                      << r.count.cpu().item<double>());
         const Tensor w = gpu(mt::ones({5}, acc_of(dt)));
-        const Tensor dx = kernels::cross_entropy_backward(gpu(x), target, r.lse, w, -100, eps);
+        const Tensor dx = kernels::cross_entropy_backward(gpu(x), target, r.lse, w, -100, eps, Tensor());
         const Tensor dx_rows = dx.cpu().narrow(0, 2, 1).contiguous();
         expect_equal(dx_rows, mt::zeros({1, C}, dt), os.str() + ", ignored row's dx");
         expect_finite(dx.cpu().narrow(0, 0, 2).contiguous(), os.str() + ", dx rows 0-1", {1});

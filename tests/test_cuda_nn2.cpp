@@ -25,11 +25,10 @@
 #include <string>
 #include <vector>
 
-#include <mixtape/core/kernel_table.h>
+#include <mixtape/core/raw.h>
 #include <mixtape/core/random.h>
 #include <mixtape/core/tensor.h>
-#include <mixtape/ops/device_kernels.h>
-#include <mixtape/ops/kernels.h>
+#include <mixtape/ops/backend/kernels.h>
 #include <mixtape/ops/ops.h>
 
 #include "test_util.h"
@@ -160,20 +159,6 @@ Tensor tied(const Shape& shape, DType dtype, bool nans) {
   return mt::from_vector(v, shape, mt::TensorOptions(dtype));
 }
 
-/// True when the CUDA table holds every kernel the differentiable ops of `cuda_nn2_ops` reach.
-struct cuda_ops_available {
-  boost::test_tools::assertion_result operator()(utf::test_unit_id id) const {
-    boost::test_tools::assertion_result r = mt::test::cuda_available()(id);
-    if (!r) return r;
-    const kn::DeviceKernels& k = kn::kernels_of(Device::cuda(), "cuda_nn2_ops");
-    const bool all = k.unary && k.binary && k.scalar && k.where && k.reduce && k.matmul && k.im2col && k.col2im &&
-                     k.max_pool2d && k.max_pool2d_backward && k.avg_pool2d && k.avg_pool2d_backward &&
-                     k.dropout_mask && k.index_select && k.index_add;
-    boost::test_tools::assertion_result t(all);
-    if (!all) t.message() << "the CUDA kernel table lacks kernels these ops need: skipping GPU test";
-    return t;
-  }
-};
 
 }  // namespace
 
@@ -410,7 +395,7 @@ LeafPair leaves(const Tensor& values) {
   return l;
 }
 
-#define MT_OPS_GPU_TEST *utf::precondition(cuda_ops_available()) * utf::label("gpu")
+#define MT_OPS_GPU_TEST *utf::precondition(mt::test::cuda_available()) * utf::label("gpu")
 
 }  // namespace
 

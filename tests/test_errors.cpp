@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <mixtape/core/raw.h>
 #include <mixtape/core/random.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/runtime.h>

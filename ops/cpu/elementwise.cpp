@@ -5,10 +5,13 @@
 // make_strided_layout, cuts [0, numel) into fixed chunks for OpenMP and hands
 // each run along the innermost dim to a tight loop; the loop where every
 // operand is contiguous is a plain indexed loop the compiler vectorises. The
-// arithmetic itself is ops/scalar_math.h, shared with the CUDA kernels: load
-// T, compute in opmath_t<T>, store T with one rounding (convert<T>).
-// Outputs are freshly allocated and overwritten.
-#include <mixtape/ops/cpu/cpu_kernels.h>
+// arithmetic itself is ops/backend/scalar_math.h, shared with the CUDA
+// kernels: load T, compute in opmath_t<T>, store T with one rounding
+// (convert<T>). The plain kernels allocate their output and overwrite it; the
+// in-place ones (unary_, binary_, scalar_) run the same loop with the first
+// operand as the output: each element is read before it is written, by the
+// same iteration.
+#include <mixtape/ops/backend/kernels.h>
 
 #include <algorithm>
 #include <array>
@@ -18,7 +21,7 @@
 #include <utility>
 
 #include <mixtape/core/strided_loop.h>
-#include <mixtape/core/scalar_math.h>
+#include <mixtape/ops/backend/scalar_math.h>
 
 namespace mixtape::kernels::cpu {
 
@@ -116,33 +119,53 @@ void scalar_kernel(const Tensor& y, const Tensor& x, double s) {
   }
 }
 
+/// out = op(x); out is a new tensor of x's shape, or x itself.
+void unary_into(UnaryOp op, const Tensor& out, const Tensor& x) {
+  math::visit_op<UnaryOp, math::kNumUnaryOps>(op, [&](auto op_c) {
+    dispatch(x.dtype(), [&](auto tag) { unary_kernel<decltype(op_c)::value, typename decltype(tag)::type>(out, x); });
+  });
+}
+
+/// out = op(in[0], in[1]), the inputs expanded to out's shape; out is new, or in[0] itself.
+void binary_into(BinaryOp op, const Tensor& out, const std::array<Tensor, 2>& in) {
+  math::visit_op<BinaryOp, math::kNumBinaryOps>(op, [&](auto op_c) {
+    dispatch(in[0].dtype(), [&](auto tag) { binary_kernel<decltype(op_c)::value, typename decltype(tag)::type>(out, in); });
+  });
+}
+
+/// out = op(x, s); out is a new tensor of x's shape, or x itself.
+void scalar_into(ScalarOp op, const Tensor& out, const Tensor& x, double s) {
+  math::visit_op<ScalarOp, math::kNumScalarOps>(op, [&](auto op_c) {
+    dispatch(x.dtype(), [&](auto tag) { scalar_kernel<decltype(op_c)::value, typename decltype(tag)::type>(out, x, s); });
+  });
+}
+
 }  // namespace
 
 Tensor unary(UnaryOp op, const Tensor& x) {
   Tensor y = empty(x.shape(), x.dtype());
-  math::visit_op<UnaryOp, math::kNumUnaryOps>(op, [&](auto op_c) {
-    dispatch(x.dtype(), [&](auto tag) { unary_kernel<decltype(op_c)::value, typename decltype(tag)::type>(y, x); });
-  });
+  unary_into(op, y, x);
   return y;
 }
+
+void unary_(UnaryOp op, const Tensor& x) { unary_into(op, x, x); }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name(op));
   Tensor out = empty(shape, math::is_comparison(op) ? DType::kBool : a.dtype());
-  const std::array<Tensor, 2> in{raw::expand(a, shape), raw::expand(b, shape)};
-  math::visit_op<BinaryOp, math::kNumBinaryOps>(op, [&](auto op_c) {
-    dispatch(a.dtype(), [&](auto tag) { binary_kernel<decltype(op_c)::value, typename decltype(tag)::type>(out, in); });
-  });
+  binary_into(op, out, {raw::expand(a, shape), raw::expand(b, shape)});
   return out;
 }
 
+void binary_(BinaryOp op, const Tensor& a, const Tensor& b) { binary_into(op, a, {a, raw::expand(b, a.shape())}); }
+
 Tensor scalar(ScalarOp op, const Tensor& x, double s) {
   Tensor y = empty(x.shape(), x.dtype());
-  math::visit_op<ScalarOp, math::kNumScalarOps>(op, [&](auto op_c) {
-    dispatch(x.dtype(), [&](auto tag) { scalar_kernel<decltype(op_c)::value, typename decltype(tag)::type>(y, x, s); });
-  });
+  scalar_into(op, y, x, s);
   return y;
 }
+
+void scalar_(ScalarOp op, const Tensor& x, double s) { scalar_into(op, x, x, s); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");

@@ -11,7 +11,7 @@
 // Batches otherwise run one gemm after another with BLAS's own threads
 // (measured: spreading small products over OpenMP threads, each calling a
 // single-threaded sgemm, won 20% at 32^3, lost 40% at 8^3 and nothing at 64^3).
-#include <mixtape/ops/cpu/cpu_kernels.h>
+#include <mixtape/ops/backend/kernels.h>
 
 #include <algorithm>
 #include <climits>
@@ -156,7 +156,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, DType out_dtype) {
 }
 
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, DType out_dtype) {
-  const DType acc = a.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  const DType acc = acc_dtype(a.dtype());
   const Tensor y = cpu::binary(BinaryOp::kAdd, cpu::matmul(a, b, acc), raw::to(bias, acc));
   return y.dtype() == out_dtype ? y : raw::to(y, out_dtype);  // the one rounding
 }

@@ -17,7 +17,7 @@
 // is f64), integers and bool in i64. The kernel writes the accumulator type
 // (or the opmath type for max/min), then converts to the requested dtype
 // once. Outputs are freshly allocated and overwritten.
-#include <mixtape/ops/cpu/cpu_kernels.h>
+#include <mixtape/ops/backend/kernels.h>
 
 #include <algorithm>
 #include <array>
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include <mixtape/core/strided_loop.h>
-#include <mixtape/core/scalar_math.h>
+#include <mixtape/ops/backend/scalar_math.h>
 
 namespace mixtape::kernels::cpu {
 

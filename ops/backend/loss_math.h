@@ -1,7 +1,7 @@
-// core/loss_math.h — the scalar formulas of the fused cross-entropy, for host and device.
+// ops/backend/loss_math.h — the scalar formulas of the fused cross-entropy, for host and device (internal).
 //
-// One design idea (STYLE.md §2, as core/scalar_math.h): the CPU rows
-// (ops/cpu/nn.cpp) and the CUDA rows (cuda/cross_entropy.cu) call these MT_HD
+// One design idea (STYLE.md §2, as scalar_math.h): the CPU rows
+// (ops/cpu/loss.cpp) and the CUDA rows (cuda/loss.cu) call these MT_HD
 // functions on the same Acc values (float for f16/bf16/f32 logits, double for
 // f64), so the backends differ only in how they walk a row and in the order
 // they add its terms.
@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include <mixtape/core/macros.h>
-#include <mixtape/core/scalar_math.h>
+#include <mixtape/ops/backend/scalar_math.h>
 
 namespace mixtape::math {
 

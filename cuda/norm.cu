@@ -1,4 +1,4 @@
-// cuda/layer_norm.cu — layer norm forward and backward over the trailing normalized_numel elements.
+// cuda/norm.cu — layer norm forward and backward over the trailing normalized_numel elements.
 //
 // The one design idea: a row lives in registers. The threads that own a row —
 // a warp for rows of up to 1024 elements, a block of 256 threads up to 8192, a
@@ -7,7 +7,7 @@
 // used), reduce its statistics from registers in Acc (f32 for f16/bf16/f32
 // data) with cub::WarpReduce, and write the outputs from registers: each
 // input is read from DRAM once and each output written once. Every output
-// element is rounded once. The statistics are those of ops/cpu/nn.cpp: the
+// element is rounded once. The statistics are those of ops/cpu/norm.cpp: the
 // mean summed relative to the row's first element, then the biased variance
 // from the squared deviations (held in registers), so f16 rows far from 0 keep
 // their precision. The backward holds dy and x; where they would not fit the
@@ -30,7 +30,7 @@
 // (of one device and configuration).
 // Outputs are freshly allocated and overwritten.
 #include <mixtape/cuda/cluster.cuh>
-#include <mixtape/cuda/nn.h>
+#include <mixtape/ops/backend/kernels.h>
 #include <mixtape/cuda/rows.cuh>
 #include <mixtape/cuda/runtime.h>
 
@@ -48,7 +48,7 @@
 #include <cub/warp/warp_reduce.cuh>
 
 #include <mixtape/core/dtype.h>
-#include <mixtape/core/scalar_math.h>
+#include <mixtape/ops/backend/scalar_math.h>
 
 namespace mixtape::kernels::cuda {
 
@@ -59,8 +59,6 @@ using namespace rowwise;  // cuda/rows.cuh: Pack, kVec, aligned, the register ke
 /// The type statistics of T data are computed in: f64 for f64, f32 otherwise.
 template <class T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-template <class Acc>
-constexpr DType acc_dtype_v = std::is_same_v<Acc, double> ? DType::kF64 : DType::kF32;
 
 /// a·b rounded on its own, never fused into a following add. Otherwise nvcc turns `g·w − mean(g·w)`
 /// into fma(g, w, −mean), and for a row of one element (where the CPU's g·w − mean(g·w) is exactly 0)
@@ -743,7 +741,7 @@ constexpr bool kStashes = Cfg::block == 1024 && 2 * Cfg::packs * 4 >= 32;
 /// `t` (undefined allowed) as a contiguous Acc tensor: the per-column parameters.
 template <class Acc>
 Tensor params_as(const Tensor& t) {
-  return t.defined() ? raw::contiguous(raw::to(t, acc_dtype_v<Acc>)) : Tensor();
+  return t.defined() ? raw::contiguous(raw::to(t, dtype_v<Acc>)) : Tensor();
 }
 
 template <class Acc>
@@ -764,7 +762,7 @@ LayerNormResult layer_norm(const Tensor& x_in, int64_t normalized_numel, const T
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = acc_t<T>;
-    const auto stats = TensorOptions(acc_dtype_v<Acc>).device(x.device());
+    const auto stats = TensorOptions(dtype_v<Acc>).device(x.device());
     r.mean = empty({rows}, stats);
     r.rstd = empty({rows}, stats);
     if (rows == 0) return;
@@ -836,14 +834,14 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     const bool regs = std::is_same_v<Acc, float> && vec && (!wp || aligned(wp, 16)) &&
                       M <= 1024 * static_cast<int64_t>(kMaxPacks<T>) * kVec<T>;
     const bool want_params = want_w || bias_defined;
-    const auto acc = TensorOptions(acc_dtype_v<Acc>).device(device);
+    const auto acc = TensorOptions(dtype_v<Acc>).device(device);
     auto to_param = [&](const Tensor& sum) { return raw::to(sum, param_dtype); };  // one rounding to their dtype
     // dweight and dbias from part (blocks, 2, M): the per-block column sums, added in block order.
     auto sum_parts = [&](const Tensor& part, int64_t blocks) {
       Tensor dw_sum = want_w ? empty(param_shape, acc) : Tensor();
       Tensor db_sum = bias_defined ? empty(param_shape, acc) : Tensor();
       layer_norm_bwd_fused_final_kernel<Acc>
-          <<<static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
+          <<<static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, launch_stream()>>>(
               part.data<Acc>(), want_w ? dw_sum.data<Acc>() : nullptr, bias_defined ? db_sum.data<Acc>() : nullptr,
               blocks, M);
       MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_fused_final_kernel (", blocks, " blocks of ", M, " columns)");
@@ -862,7 +860,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
         const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block,
                                                  resident(kernel, block, smem, 1, device.index));
         const Tensor part = empty({blocks, 2, M}, acc);
-        kernel<<<static_cast<unsigned>(blocks), block, smem, ::mixtape::cuda::launch_stream()>>>(
+        kernel<<<static_cast<unsigned>(blocks), block, smem, launch_stream()>>>(
             gp, xp, mp, rp, wp, dxp, part.data<Acc>(), rows, static_cast<int>(M), more...);
         MT_CUDA_CHECK_LAUNCH(op, " with parameter columns (", rows, " rows of ", M, ", ", smem, " bytes of shared memory)");
         sum_parts(part, blocks);
@@ -901,7 +899,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
           cudaLaunchAttribute attribute{};
           const cudaLaunchConfig_t config =
               cluster_launch_config(dim3(static_cast<unsigned>(clusters * S)), dim3(kClusterBlock), smem, S,
-                                    ::mixtape::cuda::launch_stream(), attribute);
+                                    launch_stream(), attribute);
           MT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, gp, xp, mp, rp, wp, dxp, part.data<Acc>(), rows,
                                            static_cast<int>(M)),
                         "layer_norm_bwd_cluster_kernel (", rows, " rows of ", M, ", clusters of ", S, " blocks)");
@@ -952,7 +950,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
       const int64_t threads = (M + columns_a_thread - 1) / columns_a_thread;
       const dim3 grid(static_cast<unsigned>((threads + kColumnThreads - 1) / kColumnThreads),
                       static_cast<unsigned>(chunks));
-      kernel<<<grid, kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
+      kernel<<<grid, kColumnThreads, 0, launch_stream()>>>(
           gp, xp, mp, rp, want_w ? dw_part.data<Acc>() : nullptr, bias_defined ? db_part.data<Acc>() : nullptr,
           rows, M, rows_per_chunk);
       MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_params_partial_kernel (", rows, " rows of ", M, ")");
@@ -962,7 +960,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     auto finish = [&](const Tensor& part) {
       Tensor sum = empty(param_shape, acc);
       layer_norm_bwd_params_final_kernel<Acc>
-          <<<static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, ::mixtape::cuda::launch_stream()>>>(
+          <<<static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, launch_stream()>>>(
               part.data<Acc>(), sum.data<Acc>(), chunks, M);
       MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_params_final_kernel (", chunks, " chunks of ", M, " columns)");
       return to_param(sum);

@@ -1,4 +1,4 @@
-// core/scalar_math.h — the scalar formula of every elementwise op, for host and device.
+// ops/backend/scalar_math.h — the scalar formula of every elementwise op, for host and device (internal).
 //
 // One design idea (STYLE.md §2): the CPU loop (ops/cpu/elementwise.cpp) and
 // the CUDA kernels call the same MT_HD functions, so the two backends differ
@@ -12,7 +12,7 @@
 // both host and device code under nvcc, unlike the host-only std:: overload
 // sets, and they make the precision of each call explicit.
 //
-// The second half maps the kernel enums of ops/kernels.h to these formulas at
+// The second half maps the kernel enums of ops/backend/kernels.h to these formulas at
 // compile time (`unary_op<UnaryOp::kExp>(x)`), and `visit_op` turns a runtime
 // enum into that compile-time one, so each backend instantiates one tight
 // loop per op.
@@ -24,7 +24,7 @@
 #include <utility>
 
 #include <mixtape/core/macros.h>
-#include <mixtape/core/kernel_table.h>
+#include <mixtape/ops/backend/kernels.h>
 
 namespace mixtape::math {
 
@@ -291,10 +291,10 @@ void visit_op(E op, F&& f) {
     return ((static_cast<int>(op) == I ? (f(std::integral_constant<E, static_cast<E>(I)>{}), true) : false) || ...);
   }(std::make_integer_sequence<int, kCount>{});
   MT_CHECK(found, "visit_op: op ", static_cast<int>(op), " is past the last enumerator this build knows (",
-           kCount - 1, "); update the counts in ops/scalar_math.h");
+           kCount - 1, "); update the counts in ops/backend/scalar_math.h");
 }
 
-// Enumerator counts: the last enumerator of each enum in ops/kernels.h, plus one.
+// Enumerator counts: the last enumerator of each enum in ops/backend/kernels.h, plus one.
 inline constexpr int kNumUnaryOps = static_cast<int>(kernels::UnaryOp::kTanh) + 1;
 inline constexpr int kNumBinaryOps = static_cast<int>(kernels::BinaryOp::kGe) + 1;
 inline constexpr int kNumScalarOps = static_cast<int>(kernels::ScalarOp::kMinimum) + 1;

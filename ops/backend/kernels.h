@@ -1,0 +1,310 @@
+// ops/backend/kernels.h — the backend interface: every kernel a device provides, declared once.
+//
+// The one design idea: a kernel's signature is written once, in the lists
+// below (MT_BACKEND_KERNELS), and everything else is generated from them —
+// the Backend table a device fills, the declarations of the CPU kernels
+// (ops/cpu/) and the CUDA ones (cuda/), and the `kernels::` entry points the
+// op layer calls. An entry point finds the backend of its tensors' device and
+// checks only invariants a kernel cannot be handed wrongly without reading
+// memory wrongly: every tensor on one device, the dtypes each kernel is
+// instantiated for. Shapes, dims and options are the op's to check, in its
+// forward (ops/check.h), where the message can name what the user called;
+// kernels receive valid arguments.
+//
+// A list entry is X(return type, name, (parameters), (arguments), dtype invariant): the invariant is an
+// expression over the parameters, checked by the entry point (and printed when it fails).
+//
+// Outputs: kernels allocate fresh outputs and overwrite them, except the in-place ones, whose names end in
+// `_` (binary_, ..., the multi-tensor kernels): they write into their first tensor argument. f16/bf16 inputs are
+// computed in f32 (opmath_t, acc_dtype) with one rounding per output. The CPU kernels are the reference the CUDA
+// ones are tested against (tests/test_parity.cpp).
+//
+// Internal: ops/, cuda/, tests and bench/ include this; it is not installed.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include <mixtape/core/device_memory.h>
+#include <mixtape/core/raw.h>
+#include <mixtape/core/tensor.h>
+
+namespace mixtape::kernels {
+
+// ---- the op enums of the elementwise and reduction kernels -------------------------------
+
+enum class UnaryOp {
+  kNeg, kAbs, kSign, kSquare, kReciprocal,
+  kExp, kLog, kSqrt, kRsqrt,
+  kRelu, kGelu, kGeluTanh, kSigmoid, kTanh,
+};
+
+/// Binary ops with NumPy broadcasting. The *Backward ops take (dy, saved) and return dx: for relu/gelu/gelu_tanh
+/// `saved` is the input x, for sigmoid/tanh it is the output y. Comparisons return kBool.
+enum class BinaryOp {
+  kAdd, kSub, kMul, kDiv, kMaximum, kMinimum, kPow,
+  kReluBackward, kGeluBackward, kGeluTanhBackward, kSigmoidBackward, kTanhBackward,
+  kEq, kNe, kLt, kLe, kGt, kGe,
+};
+
+/// Ops of a tensor and a double `s`: x + s, x * s, x ^ s, s - x, s / x, x / s, max(x, s), min(x, s).
+enum class ScalarOp { kAdd, kMul, kPow, kRsub, kRdiv, kDiv, kMaximum, kMinimum };
+
+enum class ReduceOp { kSum, kMean, kMax, kMin, kArgmax, kArgmin };
+
+const char* name(UnaryOp op);
+const char* name(BinaryOp op);
+const char* name(ScalarOp op);
+const char* name(ReduceOp op);
+
+// ---- what the window and row kernels take and return ----------------------------------------
+
+/// A 2-D sliding window: kernel size, stride, zero padding and dilation along (H, W).
+struct Window2d {
+  int64_t kernel[2], stride[2], padding[2], dilation[2];
+};
+
+/// Output length along `axis` (0: H, 1: W) of a window sliding over `in` elements:
+/// floor((in + 2·padding − dilation·(kernel − 1) − 1) / stride) + 1 (0 for a window that does not fit).
+inline int64_t window_output_size(int64_t in, const Window2d& w, int axis) {
+  const int64_t span = w.dilation[axis] * (w.kernel[axis] - 1) + 1;
+  const int64_t room = in + 2 * w.padding[axis] - span;
+  return room < 0 ? 0 : room / w.stride[axis] + 1;
+}
+
+struct LayerNormResult {
+  Tensor y;           // x's shape and dtype
+  Tensor mean, rstd;  // (rows) in acc_dtype(x)
+};
+struct LayerNormGrads {
+  Tensor dx, dweight, dbias;  // dweight/dbias undefined when weight/bias are
+};
+/// The fused cross-entropy forward: per-row loss and log-sum-exp, (rows) each in acc_dtype(logits), and the
+/// reductions of the loss, 0-d in the same dtype: sum = Σ loss, count = rows whose target is not ignore_index,
+/// mean = sum / count (NaN when no row counts, as PyTorch's).
+struct CrossEntropyResult {
+  Tensor loss, lse;
+  Tensor sum, count, mean;
+};
+struct MaxPoolResult {
+  Tensor y, indices;  // (N, C, H_out, W_out); indices kI64, flat positions in each H·W plane
+};
+
+// ---- the kernels -------------------------------------------------------------------------------
+
+// Elementwise (ops/cpu/elementwise.cpp, cuda/elementwise.cu). Inputs broadcast (NumPy rules) to a common shape.
+//   unary(op, x)            y = op(x), x's shape and dtype (floating; kNeg/kAbs/kSign/kSquare also integers).
+//   binary(op, a, b)        op(a, b) at the broadcast shape, a's dtype (kBool for comparisons).
+//   scalar(op, x, s)        op(x, s), x's shape and dtype; s is applied in opmath (an integer for integer x).
+//   where(cond, a, b)       cond ? a : b at the broadcast shape of the three; cond kBool.
+//   unary_(op, x)           x = op(x), in place.
+//   binary_(op, a, b)       a = op(a, b), in place; b broadcasts to a's shape (not a comparison). b is a itself or
+//                           shares no memory with it: gradient accumulation (grad += g) without an allocation.
+//   scalar_(op, x, s)       x = op(x, s), in place.
+#define MT_KERNELS_ELEMENTWISE(X)                                                                              \
+  X(Tensor, unary, (UnaryOp op, const Tensor& x), (op, x), unary_dtype_ok(op, x))                              \
+  X(Tensor, binary, (BinaryOp op, const Tensor& a, const Tensor& b), (op, a, b),                              \
+    a.dtype() == b.dtype() && binary_dtype_ok(op, a))                                                          \
+  X(Tensor, scalar, (ScalarOp op, const Tensor& x, double s), (op, x, s), scalar_dtype_ok(op, x, s))         \
+  X(Tensor, where, (const Tensor& cond, const Tensor& a, const Tensor& b), (cond, a, b),                      \
+    cond.dtype() == DType::kBool && a.dtype() == b.dtype())                                                    \
+  X(void, unary_, (UnaryOp op, const Tensor& x), (op, x), unary_dtype_ok(op, x) && writable(x))               \
+  X(void, binary_, (BinaryOp op, const Tensor& a, const Tensor& b), (op, a, b),                               \
+    a.dtype() == b.dtype() && binary_dtype_ok(op, a) && in_place_operands(op, a, b))                           \
+  X(void, scalar_, (ScalarOp op, const Tensor& x, double s), (op, x, s), scalar_dtype_ok(op, x, s) && writable(x))
+
+// Reductions (ops/cpu/reduce.cpp, cuda/reduce.cu).
+//   reduce(op, x, dims, keepdim, out_dtype)  reduces x over `dims` (wrapped, sorted, unique; every dim for a full
+//       reduction), keeping them as size 1 when `keepdim`. Sums and means accumulate in acc_dtype (f32 for
+//       f16/bf16) whatever out_dtype is; max/min propagate NaN; argmax/argmin give the first index of ties (kI64).
+//       max/min/argmax/argmin need a non-empty reduction.
+#define MT_KERNELS_REDUCE(X)                                                                                   \
+  X(Tensor, reduce, (ReduceOp op, const Tensor& x, std::span<const int64_t> dims, bool keepdim, DType out_dtype), \
+    (op, x, dims, keepdim, out_dtype), reduce_dtypes_ok(op, x, out_dtype))
+
+// Matrix products (ops/cpu/matmul.cpp, cuda/matmul.cu).
+//   matmul(a, b, out_dtype)   torch.matmul's shape rules (1-D promoted, batch dims broadcast); a and b of one floating
+//                             dtype, accumulated in f32 (f64 for f64) and rounded once to out_dtype. Transposed views
+//                             are read in place. CUDA: f16/bf16 (and TF32 when allowed) on the Tensor Cores.
+//   addmm(bias, a, b, out_dtype)  a (m, k) · b (k, n) + bias (n), the sum formed in f32 (f64) and rounded once; on
+//                             CUDA the bias is the GEMM's epilogue.
+#define MT_KERNELS_MATMUL(X)                                                                                   \
+  X(Tensor, matmul, (const Tensor& a, const Tensor& b, DType out_dtype), (a, b, out_dtype),                   \
+    a.dtype() == b.dtype() && is_floating(a.dtype()) && is_floating(out_dtype))                                \
+  X(Tensor, addmm, (const Tensor& bias, const Tensor& a, const Tensor& b, DType out_dtype), (bias, a, b, out_dtype), \
+    a.dtype() == b.dtype() && bias.dtype() == a.dtype() && is_floating(a.dtype()) && is_floating(out_dtype))
+
+// Softmax (ops/cpu/softmax.cpp, cuda/softmax.cu). The row max and the sum of exponentials are f32 for f16/bf16.
+//   softmax(x, dim, log, out_dtype)    softmax (log_softmax when `log`) along `dim` (wrapped), in out_dtype.
+//   softmax_backward(dy, y, dim, log)  from the forward's output y (dy's dtype and shape): softmax:
+//                                      y·(dy − Σ dy·y); log_softmax: dy − exp(y)·Σ dy.
+#define MT_KERNELS_SOFTMAX(X)                                                                                  \
+  X(Tensor, softmax, (const Tensor& x, int64_t dim, bool log, DType out_dtype), (x, dim, log, out_dtype),     \
+    is_floating(x.dtype()) && is_floating(out_dtype))                                                          \
+  X(Tensor, softmax_backward, (const Tensor& dy, const Tensor& y, int64_t dim, bool log), (dy, y, dim, log),  \
+    dy.dtype() == y.dtype() && is_floating(y.dtype()))
+
+// Losses (ops/cpu/loss.cpp, cuda/loss.cu): the fused cross-entropy of logits (rows, C) and kI64 targets (rows).
+//   cross_entropy(logits, target, ignore_index, label_smoothing)  every row in one pass: loss
+//       −[(1 − ε)·log p[t] + (ε/C)·Σ_c log p_c] (0 on rows whose target is ignore_index) and log-sum-exp (saved for
+//       the backward), with ε = label_smoothing in [0, 1]; see CrossEntropyResult. A target outside [0, C) that is
+//       not ignore_index throws on the CPU; on CUDA (checking would need a synchronisation) its row's loss is NaN.
+//   cross_entropy_backward(logits, target, lse, row_scale, ignore_index, label_smoothing, divisor)
+//       dlogits (logits' shape and dtype) = (exp(x − lse) − (1 − ε)·[c == t] − ε/C) · row_scale / divisor, rounded
+//       once; row_scale (lse's dtype or the logits') holds d loss / d per-row loss, (rows) values or one for every
+//       row; divisor, when defined, is one value in lse's dtype (the mean's count). Ignored rows get 0.
+#define MT_KERNELS_LOSS(X)                                                                                     \
+  X(CrossEntropyResult, cross_entropy,                                                                         \
+    (const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing),                \
+    (logits, target, ignore_index, label_smoothing), is_floating(logits.dtype()) && target.dtype() == DType::kI64) \
+  X(Tensor, cross_entropy_backward,                                                                            \
+    (const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& row_scale, int64_t ignore_index, \
+     double label_smoothing, const Tensor& divisor),                                                           \
+    (logits, target, lse, row_scale, ignore_index, label_smoothing, divisor),                                  \
+    cross_entropy_backward_dtypes_ok(logits, target, lse, row_scale, divisor))
+
+// Normalisation (ops/cpu/norm.cpp, cuda/norm.cu). Statistics in acc_dtype(x).
+//   layer_norm(x, normalized_numel, weight, bias, eps)  over the trailing normalized_numel elements of each row;
+//       weight/bias (normalized_numel elements, any floating dtype) may be undefined.
+//   layer_norm_backward(dy, x, mean, rstd, weight, bias_defined)  dx (x's dtype), dweight (weight's dtype), dbias
+//       (weight's dtype, x's without a weight) when bias_defined.
+#define MT_KERNELS_NORM(X)                                                                                     \
+  X(LayerNormResult, layer_norm,                                                                               \
+    (const Tensor& x, int64_t normalized_numel, const Tensor& weight, const Tensor& bias, double eps),         \
+    (x, normalized_numel, weight, bias, eps), is_floating(x.dtype()) && floating_or_undefined(weight) &&       \
+    floating_or_undefined(bias))                                                                               \
+  X(LayerNormGrads, layer_norm_backward,                                                                       \
+    (const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight,           \
+     bool bias_defined),                                                                                       \
+    (dy, x, mean, rstd, weight, bias_defined),                                                                 \
+    is_floating(x.dtype()) && dy.dtype() == x.dtype() && mean.dtype() == acc_dtype(x.dtype()) &&               \
+    rstd.dtype() == acc_dtype(x.dtype()) && floating_or_undefined(weight))
+
+// Convolution columns (ops/cpu/conv.cpp, cuda/conv.cu). The window fits the padded input.
+//   im2col(x, w)                    x (N, C, H, W) -> columns (N, C·kH·kW, H_out·W_out); padding reads as 0.
+//   col2im(cols, input_shape, w)    the adjoint: each column entry added to the pixel it came from, (N, C, H, W).
+#define MT_KERNELS_CONV(X)                                                                                     \
+  X(Tensor, im2col, (const Tensor& x, const Window2d& w), (x, w), is_floating(x.dtype()))                     \
+  X(Tensor, col2im, (const Tensor& cols, const Shape& input_shape, const Window2d& w), (cols, input_shape, w), \
+    is_floating(cols.dtype()))
+
+// Pooling (ops/cpu/pool.cpp, cuda/pool.cu). x (N, C, H, W); padding at most half the kernel.
+//   max_pool2d(x, w)                               y and indices (MaxPoolResult); padding never wins, NaN wins.
+//   max_pool2d_backward(dy, indices, input_shape, w)  dx (input_shape), dy added at each index.
+//   avg_pool2d(x, w)                               window means, padding counted in the divisor.
+//   avg_pool2d_backward(dy, input_shape, w)        dx (input_shape).
+#define MT_KERNELS_POOL(X)                                                                                     \
+  X(MaxPoolResult, max_pool2d, (const Tensor& x, const Window2d& w), (x, w), is_floating(x.dtype()))          \
+  X(Tensor, max_pool2d_backward, (const Tensor& dy, const Tensor& indices, const Shape& input_shape,           \
+    const Window2d& w), (dy, indices, input_shape, w), is_floating(dy.dtype()) && indices.dtype() == DType::kI64) \
+  X(Tensor, avg_pool2d, (const Tensor& x, const Window2d& w), (x, w), is_floating(x.dtype()))                 \
+  X(Tensor, avg_pool2d_backward, (const Tensor& dy, const Shape& input_shape, const Window2d& w),              \
+    (dy, input_shape, w), is_floating(dy.dtype()))
+
+// Dropout (ops/cpu/dropout.cpp, cuda/dropout.cu).
+//   dropout_mask(shape, p, seed, offset, device)  a kBool keep-mask on `device`: element i is kept when
+//       uniform_float(philox(seed, 0, offset + i)[0]) >= p; the same (seed, offset) gives the same mask everywhere.
+#define MT_KERNELS_DROPOUT(X)                                                                                  \
+  X(Tensor, dropout_mask, (const Shape& shape, double p, uint64_t seed, uint64_t offset, Device device),       \
+    (shape, p, seed, offset, device), true)
+
+// Indexing (ops/cpu/index.cpp, cuda/index.cu). Index values are in range: the op checks CPU indices; on CUDA
+// (where reading them would synchronise) gather gives NaN (0 for integers) and the adds skip an out-of-range index.
+//   gather(x, dim, index)                 out (index's shape) = x with coordinate `dim` replaced by index (kI64,
+//                                         x's rank): torch.gather.
+//   scatter_add(shape, dim, index, src)   zeros(shape) in src's dtype with src added at index along `dim`.
+//   index_select(x, dim, index)           x's slices at `index` (0-D or 1-D, kI64/kI32) along `dim`.
+//   index_add(shape, dim, index, src)     zeros(shape) with src's slices added at `index` along `dim`.
+// Sums accumulate in opmath and round once per output.
+#define MT_KERNELS_INDEX(X)                                                                                    \
+  X(Tensor, gather, (const Tensor& x, int64_t dim, const Tensor& index), (x, dim, index),                     \
+    index.dtype() == DType::kI64)                                                                              \
+  X(Tensor, scatter_add, (const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src),            \
+    (shape, dim, index, src), index.dtype() == DType::kI64 && is_floating(src.dtype()))                        \
+  X(Tensor, index_select, (const Tensor& x, int64_t dim, const Tensor& index), (x, dim, index),               \
+    index.dtype() == DType::kI64 || index.dtype() == DType::kI32)                                              \
+  X(Tensor, index_add, (const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src),              \
+    (shape, dim, index, src), (index.dtype() == DType::kI64 || index.dtype() == DType::kI32) &&                \
+    is_floating(src.dtype()))
+
+// Multi-tensor kernels (ops/cpu/foreach.cpp, cuda/foreach.cu): one pass over a list of tensors, for the
+// optimizers and the loss scaler. All on one device; each tensor is updated in place.
+//   non_finite_check_and_unscale_(tensors, found_inf, inv_scale)  t *= inv_scale for every tensor, and found_inf
+//       (one f32 element) is set to 1 when any element (before scaling) is inf or NaN; left alone otherwise.
+//       inv_scale is one f32 element on the same device: nothing is read back to the host.
+#define MT_KERNELS_FOREACH(X)                                                                                  \
+  X(void, non_finite_check_and_unscale_,                                                                       \
+    (std::span<const Tensor> tensors, const Tensor& found_inf, const Tensor& inv_scale),                       \
+    (tensors, found_inf, inv_scale), foreach_unscale_ok(tensors, found_inf, inv_scale))
+
+/// Every kernel, in table order.
+#define MT_BACKEND_KERNELS(X)                                                                                  \
+  MT_KERNELS_ELEMENTWISE(X)                                                                                    \
+  MT_KERNELS_REDUCE(X)                                                                                         \
+  MT_KERNELS_MATMUL(X)                                                                                         \
+  MT_KERNELS_SOFTMAX(X)                                                                                        \
+  MT_KERNELS_LOSS(X)                                                                                           \
+  MT_KERNELS_NORM(X)                                                                                           \
+  MT_KERNELS_CONV(X)                                                                                           \
+  MT_KERNELS_POOL(X)                                                                                           \
+  MT_KERNELS_DROPOUT(X)                                                                                        \
+  MT_KERNELS_INDEX(X)                                                                                          \
+  MT_KERNELS_FOREACH(X)
+
+// ---- what is generated from the list -----------------------------------------------------------
+
+#define MT_KERNEL_DECLARE(ret, name, params, args, invariant) ret name params;
+#define MT_KERNEL_MEMBER(ret, name, params, args, invariant) ret(*name) params = nullptr;
+#define MT_KERNEL_NAME(ret, name, params, args, invariant) #name,
+
+/// The entry points: pick the backend of the arguments' device, check the invariants, run its kernel.
+MT_BACKEND_KERNELS(MT_KERNEL_DECLARE)
+
+/// The CPU kernels (ops/cpu/<family>.cpp): the reference.
+namespace cpu {
+MT_BACKEND_KERNELS(MT_KERNEL_DECLARE)
+}  // namespace cpu
+
+/// The CUDA kernels (cuda/<family>.cu); defined only in builds with CUDA, referenced only by cuda/backend.cu.
+namespace cuda {
+MT_BACKEND_KERNELS(MT_KERNEL_DECLARE)
+}  // namespace cuda
+
+/// What one kind of device provides: memory and copies for core, every kernel for the op layer.
+struct Backend {
+  DeviceType type = DeviceType::kCPU;
+  DeviceMemory* memory = nullptr;
+  MT_BACKEND_KERNELS(MT_KERNEL_MEMBER)
+};
+
+/// The kernel names in table order, for tests that walk the table.
+inline constexpr const char* kKernelNames[] = {MT_BACKEND_KERNELS(MT_KERNEL_NAME)};
+inline constexpr int kNumKernels = static_cast<int>(sizeof(kKernelNames) / sizeof(kKernelNames[0]));
+
+/// Whether each of `backend`'s kernels is set, in kKernelNames' order.
+bool has_kernel(const Backend& backend, int index);
+
+/// Installs the backend of a device type and its memory (core's device_memory then finds it); the CUDA layer
+/// calls it when the library loads. The CPU's backend is built in.
+void register_backend(const Backend& backend) noexcept;
+
+/// The backend of `device`'s type; throws mixtape::Error naming `op` when mixtape was built without it.
+const Backend& backend_of(Device device, const char* op);
+/// The CPU's backend (the reference every other is tested against).
+const Backend& cpu_backend();
+/// The CUDA backend when this build has one, else nullptr.
+const Backend* cuda_backend() noexcept;
+
+/// Names the kernel a backend chose for the op running on this thread ("wmma f16", "simt f32"; a string literal),
+/// for autograd::PrecisionTrace, which takes it (and clears it) after each traced op.
+void note_kernel(const char* name) noexcept;
+/// The last noted kernel name since the previous call, or nullptr; clears it.
+const char* take_noted_kernel() noexcept;
+
+namespace cpu {
+/// The reference triple loop (f64 accumulation for every dtype; no BLAS, no threads): what tests and bench/
+/// compare the fast path against. 2-D only. Not in the table.
+Tensor matmul_naive(const Tensor& a, const Tensor& b);
+}  // namespace cpu
+
+}  // namespace mixtape::kernels
