@@ -1,0 +1,2 @@
+// tests/layers/cuda_cannot_see_checks.cpp — cuda/ includes the ops' argument checks: must not compile.
+#include <mixtape/ops/check.h>
