@@ -54,24 +54,6 @@ std::string describe(const std::vector<Tensor>& inputs) {
 
 }  // namespace
 
-bool all_close(const Tensor& actual, const Tensor& expected, Tolerance tol, const std::string& what) {
-  if (!(actual.shape() == expected.shape())) {
-    BOOST_ERROR(what << ": shape " << actual.shape() << " != expected " << expected.shape());
-    return false;
-  }
-  std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();
-  int bad = 0;
-  std::ostringstream os;
-  for (size_t i = 0; i < a.size(); ++i) {
-    bool ok = (std::isnan(a[i]) && std::isnan(e[i])) || a[i] == e[i] ||
-              std::abs(a[i] - e[i]) <= tol.atol + tol.rtol * std::abs(e[i]);
-    if (!ok && bad++ < 5) os << "\n  [" << i << "] got " << a[i] << ", expected " << e[i];
-  }
-  if (bad) BOOST_ERROR(what << ": " << bad << " of " << a.size() << " elements differ (rtol " << tol.rtol << ", atol "
-                            << tol.atol << ")" << os.str());
-  return bad == 0;
-}
-
 bool gradcheck(const std::string& name, const OpFn& f, const std::vector<Tensor>& inputs, GradcheckOptions options) {
   std::vector<Tensor> x;
   std::vector<size_t> diff;  // indices of differentiated inputs
@@ -115,7 +97,7 @@ bool gradcheck(const std::string& name, const OpFn& f, const std::vector<Tensor>
     Tensor a = analytic[k].defined() ? analytic[k] : zeros(xi.shape(), DType::kF64);
     std::ostringstream what;
     what << "gradcheck " << name << ": input " << diff[k] << " of (" << describe(inputs) << "), analytic vs numeric";
-    ok = all_close(a, numeric, {options.rtol, options.atol}, what.str()) && ok;
+    ok = expect_close(a, numeric, {options.rtol, options.atol}, what.str()) && ok;
   }
   return ok;
 }
@@ -144,7 +126,7 @@ bool check_against_f64(const std::string& name, const OpFn& f, const std::vector
   Tensor out_low = f(low), out_ref = f(ref);
   std::ostringstream what;
   what << name << " in " << dtype << " vs f64 of the same inputs (" << describe(low) << ")";
-  bool ok = all_close(out_low, out_ref, tol, what.str() + ", forward");
+  bool ok = expect_close(out_low, out_ref, tol, what.str() + ", forward");
   if (check_backward && !low_wrt.empty()) {
     Generator g(99);
     Tensor v = randn(out_low.shape(), DType::kF64, &g);
@@ -152,7 +134,7 @@ bool check_against_f64(const std::string& name, const OpFn& f, const std::vector
     std::vector<Tensor> gr = autograd::grad({out_ref}, ref_wrt, {v.to(out_low.dtype()).to(DType::kF64)}, false, true);
     for (size_t i = 0; i < gl.size(); ++i) {
       if (!gl[i].defined() && !gr[i].defined()) continue;
-      ok = all_close(gl[i], gr[i], tol, what.str() + ", gradient of input " + std::to_string(i)) && ok;
+      ok = expect_close(gl[i], gr[i], tol, what.str() + ", gradient of input " + std::to_string(i)) && ok;
     }
   }
   return ok;

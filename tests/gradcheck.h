@@ -11,6 +11,7 @@
 #include <mixtape/core/raw.h>
 #include <mixtape/mixtape.h>
 
+#include "compare.h"
 #include "tolerance.h"
 
 namespace mixtape::test {
@@ -43,9 +44,5 @@ bool check_against_f64(const std::string& name, const OpFn& f, const std::vector
 /// contiguous tensor (for testing non-contiguous inputs): "transposed" (last
 /// two dims swapped in memory), "strided" (every other element of a twice-as-large buffer).
 Tensor non_contiguous(const Tensor& t, const std::string& layout);
-
-/// Compares two tensors elementwise (after converting both to f64); reports
-/// the first mismatches with `what`.
-bool all_close(const Tensor& actual, const Tensor& expected, Tolerance tol, const std::string& what);
 
 }  // namespace mixtape::test

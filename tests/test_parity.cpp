@@ -121,13 +121,13 @@ BOOST_AUTO_TEST_CASE(every_op_case_agrees_on_cpu_and_cuda, MT_GPU_TEST) {
         tol.rtol *= 2;
         tol.atol *= 2;
         BOOST_TEST((got.out.device() == gpu), what.str() << ": the output is on " << got.out.device());
-        mt::test::all_close(got.out.cpu(), want.out, tol, what.str() + ", forward");
+        mt::test::expect_close(got.out.cpu(), want.out, tol, what.str() + ", forward");
         for (size_t i = 0; i < want.grads.size(); ++i) {
           if (!want.grads[i].defined() && !got.grads[i].defined()) continue;
           BOOST_TEST(want.grads[i].defined() == got.grads[i].defined(),
                      what.str() << ": input " << i << " has a gradient on one backend only");
           if (want.grads[i].defined() && got.grads[i].defined())
-            mt::test::all_close(got.grads[i].cpu(), want.grads[i], tol,
+            mt::test::expect_close(got.grads[i].cpu(), want.grads[i], tol,
                                 what.str() + ", gradient of input " + std::to_string(i));
         }
         ++ran;

@@ -1,10 +1,18 @@
-// tests/test_util.h — what every suite shares: the GPU precondition and
-// helpers to compare tensors with a message that says where they differ.
+// tests/test_util.h — what every suite shares: the GPU precondition and the test-case labels, the switches GPU
+// tests set for a scope, and the inputs more than one op family's tests draw (comparing them: tests/compare.h).
 #pragma once
 
 #include <boost/test/unit_test.hpp>
 
+#include <cstdint>
+
+#include <mixtape/core/half.h>
+#include <mixtape/core/raw.h>
+#include <mixtape/core/random.h>
+#include <mixtape/core/tensor.h>
 #include <mixtape/cuda/runtime.h>
+#include <mixtape/cuda/testing.h>
+#include <mixtape/ops/backend/kernels.h>
 
 namespace mixtape::test {
 
@@ -32,7 +40,89 @@ class AllowClusters {
   bool m_before;
 };
 
+/// Allocation poisoning for a scope (cuda/testing.h): every CUDA allocation starts as 0xFF bytes, a NaN in every
+/// float dtype, so an output element a kernel forgot to write fails the comparison.
+class PoisonAllocations {
+ public:
+  PoisonAllocations() { mixtape::cuda::set_poison_allocations(true); }
+  ~PoisonAllocations() { mixtape::cuda::set_poison_allocations(false); }
+  PoisonAllocations(const PoisonAllocations&) = delete;
+  PoisonAllocations& operator=(const PoisonAllocations&) = delete;
+};
+
+// ---- inputs ------------------------------------------------------------------------------------
+
+/// The floating dtypes the GPU-against-CPU comparisons cover (f64 where a test names it).
+constexpr DType kGpuFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+/// Element counts for the GPU's elementwise and reduction kernels: the 16-byte vector path with its scalar tail
+/// (1, 7, 1023, 65537), and 1<<22 > 2 · 65536 (a reduction's two passes).
+constexpr int64_t kGpuSizes[] = {1, 7, 1023, 65537, int64_t{1} << 22};
+
+/// Values of `dtype` uniform in [lo, hi) (integers: whole numbers in that range), drawn in f32 (i64) from `seed`
+/// and converted, on the CPU.
+inline Tensor random(const Shape& shape, DType dtype, double lo, double hi, uint64_t seed) {
+  Generator gen(seed);
+  if (!is_floating(dtype))
+    return randint(static_cast<int64_t>(lo), static_cast<int64_t>(hi), shape, TensorOptions(DType::kI64), &gen)
+        .to(dtype);
+  return uniform(shape, lo, hi, TensorOptions(DType::kF32), &gen).to(dtype);
+}
+
+/// N(0, 1) values (plus `offset`) drawn in f32 from the default generator (mixtape::manual_seed), rounded once to
+/// `dtype`, on the CPU.
+inline Tensor randn_as(const Shape& shape, DType dtype, double offset = 0.0) {
+  Tensor x = randn(shape);
+  if (offset != 0.0) x = kernels::scalar(kernels::ScalarOp::kAdd, x, offset);
+  return x.to(dtype);
+}
+
+/// N(0, 1) values of `shape` drawn in f32 from `seed`, rounded once to `dtype`, on the CPU.
+inline Tensor randn_seeded(const Shape& shape, DType dtype, uint64_t seed) {
+  Generator gen(seed);
+  return raw::to(randn(shape, {}, &gen), dtype);
+}
+
+/// A copy of t's values on the CUDA device: a fresh, contiguous (16-byte aligned) allocation, not on the tape.
+inline Tensor gpu(const Tensor& t) { return raw::to(t, Device::cuda()); }
+
+/// The same view of t's values on the GPU: its storage copied whole, so shape, strides and offset carry over (a
+/// kernel's strided, misaligned or broadcast path runs on both backends).
+inline Tensor same_view_on_gpu(const Tensor& t) {
+  int64_t extent = 0;
+  if (t.numel() != 0) {
+    extent = 1;
+    for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+  }
+  const Tensor base = raw::as_strided(t, Shape{t.storage_offset() + extent}, Shape{1}, 0);
+  return raw::as_strided(gpu(base), t.shape(), t.strides(), t.storage_offset());
+}
+
+/// A CPU leaf and its copy on the GPU as a separate leaf, both requiring grad: an op run forward and backward on
+/// each device.
+struct Leaf {
+  Tensor cpu, gpu;
+  explicit Leaf(const Tensor& values) : cpu(raw::clone(values)), gpu(test::gpu(values)) {
+    cpu.requires_grad_();
+    gpu.requires_grad_();
+  }
+};
+
+/// The double `v` rounded once to `t` (the reference for "one rounding per output"); other dtypes: v.
+inline double round_to(DType t, double v) {
+  switch (t) {
+    case DType::kF32: return static_cast<float>(v);
+    case DType::kF16: return static_cast<float>(Half(v));
+    case DType::kBF16: return static_cast<float>(BFloat16(v));
+    default: return v;
+  }
+}
+
 }  // namespace mixtape::test
+
+/// Decorator for a CPU test case: `BOOST_AUTO_TEST_CASE(name, MT_CPU_TEST)`. Every case carries exactly one of
+/// the labels cpu and gpu (a mixed executable's two ctest entries run `@cpu` and `@gpu`).
+#define MT_CPU_TEST *boost::unit_test::label("cpu")
 
 /// Decorators for a GPU test case: `BOOST_AUTO_TEST_CASE(name, MT_GPU_TEST)`.
 #define MT_GPU_TEST \

@@ -1,0 +1,300 @@
+// tests/test_conv.cpp — the convolution family (ops/conv.cpp, ops/cpu/conv.cpp, cuda/conv.cu): conv2d and its
+// columns, im2col/col2im.
+//
+// The op's registry cases (gradcheck in f64, f32/f16/bf16 against f64; CUDA against the CPU in
+// tests/test_parity.cpp), conv2d against a direct convolution, col2im as im2col's adjoint, the errors of misuse,
+// and on CUDA: the column kernels against the CPU's (windows with stride 2, padding 1, dilation 2 and non-square
+// kernels, the MNIST shapes, non-contiguous inputs; col2im, whose sums a scatter would race on, giving the same
+// bits run after run), conv2d forward and backward on both devices, and conv2d's columns reaching the Tensor Core
+// GEMM.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <mixtape/autograd/autograd.h>
+#include <mixtape/autograd/precision.h>
+#include <mixtape/core/raw.h>
+#include <mixtape/core/random.h>
+#include <mixtape/core/tensor.h>
+#include <mixtape/mixtape.h>
+#include <mixtape/ops/backend/kernels.h>
+#include <mixtape/ops/ops.h>
+
+#include "compare.h"
+#include "gpu_windows.h"
+#include "op_cases.h"
+#include "test_util.h"
+#include "tolerance.h"
+
+namespace mt = mixtape;
+namespace kn = mixtape::kernels;
+using mt::Device;
+using mt::DType;
+using mt::Shape;
+using mt::Tensor;
+using mt::test::expect_close;
+using mt::test::expect_error;
+using mt::test::expect_same_bits;
+using mt::test::gpu;
+using mt::test::kGpuFloatTypes;
+using mt::test::label;
+using mt::test::Leaf;
+using mt::test::pooled;
+using mt::test::randn_seeded;
+using mt::test::relative_error;
+using mt::test::tolerance;
+using mt::test::transposed_23;
+using mt::test::window;
+using mt::test::WindowCase;
+using In = std::vector<Tensor>;
+
+namespace {
+
+mt::Conv2dOptions conv_options(int64_t stride, int64_t padding, int64_t dilation) {
+  mt::Conv2dOptions o;
+  o.stride[0] = o.stride[1] = stride;
+  o.padding[0] = o.padding[1] = padding;
+  o.dilation[0] = o.dilation[1] = dilation;
+  return o;
+}
+
+// No case overrides the tolerance table. Every f16/bf16 output is rounded once
+// from f32 (the f64 reference sees the same rounded inputs), so it differs by
+// at most half an ulp (2^-11 = 4.9e-4 relative in f16, half the table's rtol;
+// 2^-8 in bf16) plus the f32 accumulation error of K-term sums, bounded by
+// K · 2^-24 · Σ|a·b| — about 3e-5 at worst for the 27-term conv sums of N(0, 1)
+// data, in practice (errors of random sign) ~100x less. Measured on these
+// cases: every one also passes with half the table's rtol and atol.
+
+MT_OP_CASE({.op = "conv2d", .label = "stride 2, padding 1, bias, C_in 3",
+            .f = [](const In& in) { return mt::conv2d(in[0], in[1], in[2], conv_options(2, 1, 1)); },
+            .inputs = [] { return In{mt::randn({2, 3, 5, 5}), mt::randn({4, 3, 3, 3}), mt::randn({4})}; }});
+
+MT_OP_CASE({.op = "conv2d", .label = "dilation 2, no bias",
+            .f = [](const In& in) { return mt::conv2d(in[0], in[1], {}, conv_options(1, 0, 2)); },
+            .inputs = [] { return In{mt::randn({1, 3, 6, 6}), mt::randn({2, 3, 3, 3})}; }});
+
+MT_OP_CASE({.op = "conv2d", .label = "unbatched (C, H, W), 2x1 kernel, stride (1, 2), padding (0, 1)",
+            .f = [](const In& in) {
+              mt::Conv2dOptions o;
+              o.stride[1] = 2;
+              o.padding[1] = 1;
+              return mt::conv2d(in[0], in[1], in[2], o);
+            },
+            .inputs = [] { return In{mt::randn({2, 4, 5}), mt::randn({3, 2, 2, 1}), mt::randn({3})}; }});
+
+/// The textbook convolution: seven nested loops in f64.
+std::vector<double> direct_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const mt::Conv2dOptions& o) {
+  const int64_t n = x.size(0), c_in = x.size(1), h = x.size(2), wd = x.size(3);
+  const int64_t c_out = w.size(0), kh = w.size(2), kw = w.size(3);
+  const int64_t ho = (h + 2 * o.padding[0] - o.dilation[0] * (kh - 1) - 1) / o.stride[0] + 1;
+  const int64_t wo = (wd + 2 * o.padding[1] - o.dilation[1] * (kw - 1) - 1) / o.stride[1] + 1;
+  const std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  const std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>(c_out, 0.0);
+  std::vector<double> y(static_cast<size_t>(n * c_out * ho * wo));
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t co = 0; co < c_out; ++co)
+      for (int64_t oh = 0; oh < ho; ++oh)
+        for (int64_t ow = 0; ow < wo; ++ow) {
+          double acc = bv[static_cast<size_t>(co)];
+          for (int64_t ci = 0; ci < c_in; ++ci)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t ih = oh * o.stride[0] - o.padding[0] + i * o.dilation[0];
+                const int64_t iw = ow * o.stride[1] - o.padding[1] + j * o.dilation[1];
+                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                acc += xv[static_cast<size_t>(((in * c_in + ci) * h + ih) * wd + iw)] *
+                       wv[static_cast<size_t>(((co * c_in + ci) * kh + i) * kw + j)];
+              }
+          y[static_cast<size_t>(((in * c_out + co) * ho + oh) * wo + ow)] = acc;
+        }
+  return y;
+}
+
+/// Windows any of the column transforms accepts.
+std::vector<WindowCase> conv_cases() {
+  return {
+      {"k3 s1 p0 d1", {2, 3, 7, 9}, window(3, 1, 0, 1)},
+      {"k3 s2 p1 d1", {2, 3, 8, 7}, window(3, 2, 1, 1)},
+      {"k3 s1 p1 d2", {2, 3, 9, 8}, window(3, 1, 1, 2)},
+      {"k3 s2 p1 d2", {1, 2, 10, 11}, window(3, 2, 1, 2)},
+      {"k3 s1 p3 d1 (more padding than a pool allows)", {1, 2, 5, 6}, window(3, 1, 3, 1)},
+      {"k2x3 s2x1 p1x0 d1x2", {2, 2, 7, 9}, window(2, 3, 2, 1, 1, 0, 1, 2)},
+      {"k1 s1 p0 d1", {3, 4, 5, 5}, window(1, 1, 0, 1)},
+  };
+}
+
+// The relative Frobenius error of an f16 GEMM output against float64 of the same rounded inputs: its one rounding
+// (2^-11 relative, about a third of that in the Frobenius mean) plus f32 accumulation (tests/test_matmul.cpp's
+// bound(f16)).
+constexpr double kF16GemmBound = 1e-3;
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(conv)
+
+BOOST_AUTO_TEST_CASE(conv2d_matches_a_direct_convolution, MT_CPU_TEST) {
+  struct Config {
+    mt::Shape x, w;
+    int64_t stride, padding, dilation;
+    bool bias;
+  };
+  const std::vector<Config> configs = {
+      {{2, 3, 9, 8}, {5, 3, 3, 3}, 1, 0, 1, true},  {{2, 3, 9, 8}, {5, 3, 3, 3}, 2, 1, 1, true},
+      {{1, 4, 10, 7}, {2, 4, 3, 2}, 1, 2, 2, false}, {{3, 1, 6, 6}, {4, 1, 1, 1}, 3, 0, 1, true},
+      {{1, 2, 5, 5}, {3, 2, 5, 5}, 1, 0, 1, true},  // the kernel covers the whole input: one output pixel
+  };
+  mt::Generator gen(2024);
+  for (const Config& c : configs) {
+    BOOST_TEST_CONTEXT("x " << c.x << ", w " << c.w << ", stride " << c.stride << ", padding " << c.padding
+                            << ", dilation " << c.dilation << ", bias " << c.bias) {
+      const Tensor x = mt::randn(c.x, mt::kF64, &gen), w = mt::randn(c.w, mt::kF64, &gen);
+      const Tensor b = c.bias ? mt::randn({c.w[0]}, mt::kF64, &gen) : Tensor();
+      const mt::Conv2dOptions o = conv_options(c.stride, c.padding, c.dilation);
+      const std::vector<double> expected = direct_conv2d(x, w, b, o);
+      const Tensor y = mt::conv2d(x, w, b, o);
+      BOOST_TEST(y.numel() == static_cast<int64_t>(expected.size()));
+      mt::test::expect_close(y.flatten(), mt::from_vector(expected), {1e-12, 1e-12}, "conv2d f64");
+      // f32: the same data rounded, sums of up to 27 terms in f32.
+      const Tensor y32 = mt::conv2d(x.to(mt::kF32), w.to(mt::kF32), b.defined() ? b.to(mt::kF32) : Tensor(), o);
+      BOOST_TEST(y32.dtype() == mt::kF32);
+      mt::test::expect_close(y32.flatten(), mt::from_vector(expected), {1e-5, 1e-5}, "conv2d f32");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(col2im_is_the_adjoint_of_im2col, MT_CPU_TEST) {
+  // <im2col(x), c> = <x, col2im(c)> for every window shape: the identity conv2d's dX relies on.
+  const std::vector<mt::kernels::Window2d> windows = {
+      {{3, 3}, {1, 1}, {1, 1}, {1, 1}}, {{2, 4}, {3, 2}, {2, 1}, {2, 1}},
+      {{1, 5}, {2, 3}, {0, 2}, {1, 2}}, {{4, 2}, {1, 4}, {3, 0}, {1, 3}}};
+  mt::Generator gen(5);
+  for (const auto& w : windows) {
+    const Tensor x = mt::randn({2, 3, 7, 9}, mt::kF64, &gen);
+    const Tensor cols = mt::kernels::im2col(x, w);
+    const Tensor c = mt::randn(cols.shape(), mt::kF64, &gen);
+    const double lhs = mt::sum(cols * c).item<double>();
+    const double rhs = mt::sum(x * mt::kernels::col2im(c, x.shape(), w)).item<double>();
+    BOOST_TEST(std::abs(lhs - rhs) <= 1e-10 * (1 + std::abs(lhs)), "window kernel " << w.kernel[0] << "x" << w.kernel[1]
+                                                                     << ", stride " << w.stride[0] << "x"
+                                                                     << w.stride[1] << ": " << lhs << " vs " << rhs);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(conv2d_unbatched_equals_a_batch_of_one, MT_CPU_TEST) {
+  const Tensor x = mt::randn({3, 6, 5}), w = mt::randn({2, 3, 3, 3}), b = mt::randn({2});
+  const Tensor y = mt::conv2d(x, w, b, conv_options(1, 1, 1));
+  BOOST_TEST(y.shape() == (mt::Shape{2, 6, 5}));
+  const Tensor y4 = mt::conv2d(x.unsqueeze(0), w, b, conv_options(1, 1, 1));
+  mt::test::expect_close(y, y4.squeeze(0), {0, 0}, "unbatched conv2d");
+}
+
+BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes, MT_CPU_TEST) {
+  const Tensor img = mt::randn({3, 28, 28});
+  expect_error([&] { mt::conv2d(mt::randn({28, 28}), mt::randn({8, 1, 3, 3})); },
+               {"conv2d: expected input of 4 dims (N, C, H, W) or 3 dims (C, H, W), got [28, 28]"});
+  expect_error([&] { mt::conv2d(mt::randn({2, 1, 5, 5}), mt::randn({8, 3, 3, 3})); },
+               {"conv2d: input [2, 1, 5, 5] has 1 channels but weight [8, 3, 3, 3] expects C_in = 3"});
+  expect_error([&] {
+                 mt::conv2d(mt::randn({1, 1, 4, 4}), mt::randn({1, 1, 3, 3}), {}, conv_options(1, 0, 2));
+               },
+               {"conv2d: the kernel height (5 with dilation) is larger than the padded input's (4)"});
+  expect_error([&] { mt::conv2d(mt::randn({1, 1, 4, 4}), mt::randn({2, 1, 3, 3}), mt::randn({3})); },
+               {"conv2d: expected bias of shape [2]", "got [3]"});
+  expect_error([&] { mt::conv2d(img, mt::randn({8, 3, 3, 3}, mt::kF64)); },
+               {"conv2d: input, weight and bias must share a dtype, got f32, f64"});
+}
+
+// ---- CUDA against the CPU ---------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(im2col_matches_cpu, MT_GPU_TEST) {
+  for (const WindowCase& c : conv_cases())
+    for (DType dt : kGpuFloatTypes) {
+      const Tensor x = randn_seeded(c.input, dt, 11);
+      expect_close(kn::im2col(gpu(x), c.w), kn::im2col(x, c.w), tolerance(dt), label("im2col", c, dt));
+      // The same values through a transposed (non-contiguous) view.
+      const Shape swapped{c.input[0], c.input[1], c.input[3], c.input[2]};
+      const Tensor base = randn_seeded(swapped, dt, 12);
+      expect_close(kn::im2col(transposed_23(gpu(base)), c.w), kn::im2col(transposed_23(base), c.w), tolerance(dt),
+                  label("im2col", c, dt, "transposed"));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(col2im_matches_cpu_and_is_deterministic, MT_GPU_TEST) {
+  for (const WindowCase& c : conv_cases())
+    for (DType dt : kGpuFloatTypes) {
+      const Shape p = pooled(c.input, c.w);
+      const int64_t rows = c.input[1] * c.w.kernel[0] * c.w.kernel[1], L = p[2] * p[3];
+      const Tensor cols = randn_seeded({c.input[0], rows, L}, dt, 21);
+      const Tensor got = kn::col2im(gpu(cols), c.input, c.w);
+      expect_close(got, kn::col2im(cols, c.input, c.w), tolerance(dt), label("col2im", c, dt));
+      expect_same_bits(kn::col2im(gpu(cols), c.input, c.w), got, label("col2im run twice", c, dt));
+      // Columns as the transpose of an (N, L, C·kH·kW) tensor.
+      const Tensor cols_base = randn_seeded({c.input[0], L, rows}, dt, 22);
+      expect_close(kn::col2im(mt::raw::transpose(gpu(cols_base), 1, 2), c.input, c.w),
+                  kn::col2im(mt::raw::transpose(cols_base, 1, 2), c.input, c.w), tolerance(dt), label("col2im", c, dt, "transposed"));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(im2col_col2im_mnist_shapes, MT_GPU_TEST) {
+  // The two convolutions of the MNIST example: 1 -> 32 channels (5x5, padding 2), then 32 -> 64 (3x3, padding 1).
+  const WindowCase cases[] = {{"MNIST conv1", {128, 1, 28, 28}, window(5, 1, 2, 1)},
+                              {"MNIST conv2", {128, 32, 28, 28}, window(3, 1, 1, 1)}};
+  for (const WindowCase& c : cases)
+    for (DType dt : kGpuFloatTypes) {
+      const Tensor x = randn_seeded(c.input, dt, 31);
+      const Tensor cols = kn::im2col(x, c.w);
+      const Tensor cols_gpu = kn::im2col(gpu(x), c.w);
+      expect_close(cols_gpu, cols, tolerance(dt), label("im2col", c, dt));
+      expect_close(kn::col2im(cols_gpu, c.input, c.w), kn::col2im(cols, c.input, c.w), tolerance(dt), label("col2im", c, dt));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(conv2d_forward_backward, MT_GPU_TEST) {
+  struct Case {
+    const char* name;
+    Shape x, weight;
+    mt::Conv2dOptions o;
+  };
+  const Case cases[] = {
+      {"stride 2, padding 1, dilation 2", {2, 3, 9, 10}, {4, 3, 3, 3}, {{2, 2}, {1, 1}, {2, 2}}},
+      {"MNIST conv1", {128, 1, 28, 28}, {32, 1, 5, 5}, {{1, 1}, {2, 2}, {1, 1}}},
+  };
+  for (const Case& c : cases) {
+    const Leaf x(randn_seeded(c.x, mt::kF32, 81)), w(randn_seeded(c.weight, mt::kF32, 82));
+    const Leaf b(randn_seeded({c.weight[0]}, mt::kF32, 83));
+    const Tensor y_cpu = mt::conv2d(x.cpu, w.cpu, b.cpu, c.o), y_gpu = mt::conv2d(x.gpu, w.gpu, b.gpu, c.o);
+    const Tensor dy = randn_seeded(y_cpu.shape(), mt::kF32, 84);
+    y_cpu.backward(dy);
+    y_gpu.backward(gpu(dy));
+    const std::string what = std::string("conv2d [") + c.name + "]";
+    // Override: the GEMMs sum their K terms in tile order, not the CPU's. The f32 error of a K-term sum is about
+    // sqrt(K)·2^-24·Σ|a·b|: ~1e-5 for y and dx (K = 27..75 products of N(0, 1) values), but dweight and dbias sum
+    // N·H_out·W_out = 100 352 products for MNIST conv1 (|Σ| ~ 300, Σ|a·b| ~ 6e4), so they get atol 1e-2.
+    expect_close(y_gpu, y_cpu, {1e-5, 1e-4}, what + " y");
+    expect_close(x.gpu.grad(), x.cpu.grad(), {1e-5, 1e-4}, what + " dx");
+    expect_close(w.gpu.grad(), w.cpu.grad(), {1e-4, 1e-2}, what + " dweight");
+    expect_close(b.gpu.grad(), b.cpu.grad(), {1e-4, 1e-2}, what + " dbias");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(conv2d_runs_its_columns_through_the_tensor_cores, MT_GPU_TEST) {
+  mt::manual_seed(35);
+  const Tensor x = mt::randn({8, 1, 28, 28}).to(mt::kF16), w = mt::randn({16, 1, 5, 5}).to(mt::kF16);
+  const Tensor xg = x.to(Device::cuda()), wg = w.to(Device::cuda());
+  Tensor y;
+  {
+    mt::autograd::PrecisionTrace trace;
+    y = mt::conv2d(xg, wg);
+    BOOST_TEST(trace.str() == "conv2d:f16[wmma f16]", "trace: " << trace.str());
+  }
+  const Tensor ref = mt::conv2d(x.to(mt::kF64), w.to(mt::kF64));
+  BOOST_TEST(relative_error(y, ref) < kF16GemmBound);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
