@@ -18,8 +18,8 @@
 //   cross_entropy (mean)  fwd  logits, target (i64) → loss             E·b + 8·rows + b
 //                         bwd  logits, target, dloss → dlogits         2·E·b + 8·rows + b
 //
-// The kernels are called through ops/kernels.h (validated, then the device's
-// kernel table), never through the tape. cross_entropy is the sequence of
+// The kernels are called through their entry points (ops/backend/kernels.h:
+// the device's table, after its invariants), never through the tape. cross_entropy is the sequence of
 // kernels ops/loss.cpp issues for (N, C) logits (the fused cross_entropy
 // kernel with its one-block sum of the rows, the cast of the mean to the
 // logits' dtype; in the backward the fused cross_entropy_backward, which

@@ -199,19 +199,6 @@ Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const T
 
 namespace {
 
-/// Sizes of a tensor around `dim`: (outer, size, inner).
-struct Around {
-  int64_t outer = 1, size = 1, inner = 1;
-};
-
-Around around(const Shape& shape, int64_t dim) {
-  Around a;
-  for (int64_t d = 0; d < dim; ++d) a.outer *= shape[d];
-  a.size = shape.size() == 0 ? 1 : shape[dim];
-  for (int64_t d = dim + 1; d < shape.size(); ++d) a.inner *= shape[d];
-  return a;
-}
-
 /// Calls f(TypeTag<I>{}) for an index dtype (kI64 or kI32; the entry point has checked which).
 template <class F>
 void dispatch_index(DType t, F&& f) {
@@ -299,11 +286,11 @@ int unit_bytes(int64_t row_bytes, const void* a, const void* b) {
 }
 
 template <class U, class I>
-void launch_index_select(const Tensor& out, const Tensor& x, const Tensor& index, int64_t k, const Around& a) {
+void launch_index_select(const Tensor& out, const Tensor& x, const Tensor& index, int64_t k, const RowLayout& a) {
   const int64_t inner_units = static_cast<int64_t>(a.inner * x.itemsize() / sizeof(U));
   const int64_t total = a.outer * k * inner_units;
   index_select_kernel<U, I><<<grid_blocks(total), kBlockThreads, 0, launch_stream()>>>(
-      static_cast<U*>(out.data_ptr()), static_cast<const U*>(x.data_ptr()), index.data<I>(), k, a.size, inner_units,
+      static_cast<U*>(out.data_ptr()), static_cast<const U*>(x.data_ptr()), index.data<I>(), k, a.C, inner_units,
       total);
   MT_CUDA_CHECK_LAUNCH("index_select_kernel (", x.dtype(), ", x ", x.shape(), ", ", k, " indices, ", sizeof(U),
                        "-byte units on ", x.device(), ")");
@@ -320,7 +307,7 @@ Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index_in) {
   out_shape[dim] = k;
   Tensor out = empty(out_shape, TensorOptions(x.dtype()).device(x.device()));
   if (out.numel() == 0) return out;
-  const Around a = around(x.shape(), dim);
+  const RowLayout a = row_layout(x.shape(), dim);
   const int unit = unit_bytes(a.inner * static_cast<int64_t>(x.itemsize()), x.data_ptr(), out.data_ptr());
   dispatch_index(index.dtype(), [&](auto itag) {
     using I = typename decltype(itag)::type;
@@ -344,22 +331,22 @@ Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index_in, const 
   Tensor out = empty(shape, TensorOptions(src.dtype()).device(device));
   const int64_t total = out.numel();
   if (total == 0) return out;
-  const Around a = around(shape, dim);
+  const RowLayout a = row_layout(shape, dim);
   const TensorOptions i64 = TensorOptions(DType::kI64).device(device);
 
   // Sorted (index, position) pairs; keys only span [0, size], so the sort needs bit_width(size) bits. Then where
   // each index value's run starts. Without indices every run is empty.
-  Tensor keys_sorted = empty({k}, i64), positions_sorted = empty({k}, i64), starts = empty({a.size + 1}, i64);
+  Tensor keys_sorted = empty({k}, i64), positions_sorted = empty({k}, i64), starts = empty({a.C + 1}, i64);
   if (k > 0) {
     Tensor keys = empty({k}, i64), positions = empty({k}, i64);
     dispatch_index(index.dtype(), [&](auto itag) {
       using I = typename decltype(itag)::type;
       index_keys_kernel<I><<<grid_blocks(k), kBlockThreads, 0, launch_stream()>>>(
-          keys.data<int64_t>(), positions.data<int64_t>(), index.data<I>(), k, a.size);
+          keys.data<int64_t>(), positions.data<int64_t>(), index.data<I>(), k, a.C);
       MT_CUDA_CHECK_LAUNCH("index_keys_kernel (", k, " indices on ", device, ")");
     });
     int end_bit = 1;
-    while (end_bit < 63 && (int64_t{1} << end_bit) <= a.size) ++end_bit;
+    while (end_bit < 63 && (int64_t{1} << end_bit) <= a.C) ++end_bit;
     size_t temp_bytes = 0;
     MT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys.data<int64_t>(),
                                                   keys_sorted.data<int64_t>(), positions.data<int64_t>(),
@@ -371,13 +358,13 @@ Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index_in, const 
                                                   positions_sorted.data<int64_t>(), k, 0, end_bit, launch_stream()),
                   "index_add: radix sort of ", k, " indices on ", device);
   }
-  run_starts_kernel<<<grid_blocks(a.size + 1), kBlockThreads, 0, launch_stream()>>>(starts.data<int64_t>(),
-                                                                              keys_sorted.data<int64_t>(), k, a.size);
-  MT_CUDA_CHECK_LAUNCH("run_starts_kernel (", k, " indices, size ", a.size, " on ", device, ")");
+  run_starts_kernel<<<grid_blocks(a.C + 1), kBlockThreads, 0, launch_stream()>>>(starts.data<int64_t>(),
+                                                                              keys_sorted.data<int64_t>(), k, a.C);
+  MT_CUDA_CHECK_LAUNCH("run_starts_kernel (", k, " indices, size ", a.C, " on ", device, ")");
   dispatch_floating(src.dtype(), "index_add", [&](auto tag) {
     using T = typename decltype(tag)::type;
     index_add_kernel<T><<<grid_blocks(total), kBlockThreads, 0, launch_stream()>>>(
-        out.data<T>(), src.data<T>(), starts.data<int64_t>(), positions_sorted.data<int64_t>(), k, a.size,
+        out.data<T>(), src.data<T>(), starts.data<int64_t>(), positions_sorted.data<int64_t>(), k, a.C,
         a.inner, total);
     MT_CUDA_CHECK_LAUNCH("index_add_kernel (", src.dtype(), ", shape ", shape, ", ", k, " indices on ", device, ")");
   });

@@ -5,6 +5,8 @@
 //
 // Two shapes of kernel launch in cuda/: grid-stride loops over a flat index space, sized by grid_blocks below,
 // and row kernels (softmax, norm, loss), which give each row a warp or a block (cuda/rows.cuh's launch_rows).
+// Every op's launcher lives in mixtape::kernels::cuda (its helpers in nested namespaces: rowwise, gemm);
+// mixtape::cuda is the runtime users see (devices, streams, memory, cuda/runtime.h).
 #pragma once
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // cuda/runtime_nocuda.cpp — the mixtape::cuda queries in a build without CUDA.
 //
-// Such a build has no CUDA backend at all (core's backend() refuses CUDA
-// devices), so these are its real answers, not stand-ins: nothing is
+// Such a build registers no CUDA backend at all (core's device_memory()
+// refuses CUDA devices), so these are its real answers, not stand-ins: nothing is
 // available, and asking for a device is an error that says how to get one.
 #if !MIXTAPE_WITH_CUDA
 

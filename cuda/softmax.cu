@@ -401,19 +401,6 @@ __global__ void __launch_bounds__(kColumnThreads) softmax_bwd_columns_kernel(con
 
 // ---- launchers -------------------------------------------------------------------------------
 
-/// x viewed as (outer, C, inner) around `dim` (a 0-d tensor is one row of one element).
-struct RowLayout {
-  int64_t outer = 1, C = 1, inner = 1;
-};
-RowLayout row_layout(const Shape& shape, int64_t dim) {
-  RowLayout L;
-  if (shape.empty()) return L;
-  for (int64_t d = 0; d < dim; ++d) L.outer *= shape[d];
-  L.C = shape[dim];
-  for (int64_t d = dim + 1; d < shape.size(); ++d) L.inner *= shape[d];
-  return L;
-}
-
 /// Whether the backward of a configuration keeps its second input in shared memory: two inputs of kPacks packs
 /// (4 registers each) would take 32 or more of the 64 registers a 1024-thread block allows (ptxas spilled the
 /// 16-bit kernel at exactly 32).

@@ -43,6 +43,17 @@ void check_scalar(const char* op, const Tensor& x, double s, bool integers) {
   ops::check::scalar_fits(op, x, s);
 }
 
+/// What an elementwise op's backward reads: its input x, or its output y.
+enum class Keep { kInput, kOutput };
+
+/// The forward of y = op(x) on a floating x whose backward needs x or y: checks x, runs the kernel, saves one.
+Tensor unary_forward(autograd::Ctx& ctx, const char* name, UnaryOp op, const Tensor& x, Keep keep) {
+  check_unary(name, x, /*integers=*/false);
+  Tensor y = kernels::unary(op, x);
+  ctx.save_for_backward(keep == Keep::kInput ? x : y);
+  return y;
+}
+
 // ---- binary ---------------------------------------------------------------------------
 
 struct Add {
@@ -223,10 +234,7 @@ struct Exp {
   static constexpr Precision kPrecision = Precision::kFp32;  // exp(12) already overflows f16
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& x) {
-    check_unary(kName, x, /*integers=*/false);
-    Tensor y = kernels::unary(UnaryOp::kExp, x);
-    ctx.save_for_backward(y);
-    return y;
+    return unary_forward(ctx, kName, UnaryOp::kExp, x, Keep::kOutput);
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) { return {kernels::binary(BinaryOp::kMul, dy, ctx.saved(0))}; }
 };
@@ -237,9 +245,7 @@ struct Log {
   static constexpr Precision kPrecision = Precision::kFp32;  // f16 loses log's small differences near 1
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& x) {
-    check_unary(kName, x, /*integers=*/false);
-    ctx.save_for_backward(x);
-    return kernels::unary(UnaryOp::kLog, x);
+    return unary_forward(ctx, kName, UnaryOp::kLog, x, Keep::kInput);
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) { return {kernels::binary(BinaryOp::kDiv, dy, ctx.saved(0))}; }
 };
@@ -250,10 +256,7 @@ struct Sqrt {
   static constexpr Precision kPrecision = Precision::kPassthrough;  // no overflow: safe in f16 (PyTorch lists it nowhere)
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& x) {
-    check_unary(kName, x, /*integers=*/false);
-    Tensor y = kernels::unary(UnaryOp::kSqrt, x);
-    ctx.save_for_backward(y);
-    return y;
+    return unary_forward(ctx, kName, UnaryOp::kSqrt, x, Keep::kOutput);
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {  // d sqrt(x) = 1 / (2 sqrt(x))
     return {kernels::binary(BinaryOp::kDiv, kernels::scalar(ScalarOp::kMul, dy, 0.5), ctx.saved(0))};
@@ -266,9 +269,7 @@ struct Relu {
   static constexpr Precision kPrecision = Precision::kPassthrough;
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& x) {
-    check_unary(kName, x, /*integers=*/false);
-    ctx.save_for_backward(x);
-    return kernels::unary(UnaryOp::kRelu, x);
+    return unary_forward(ctx, kName, UnaryOp::kRelu, x, Keep::kInput);
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
     return {kernels::binary(BinaryOp::kReluBackward, dy, ctx.saved(0))};
@@ -283,10 +284,8 @@ struct Gelu {
     bool tanh_approximation = false;
   };
   static Tensor forward(Ctx& ctx, const Tensor& x, bool tanh_approximation) {
-    check_unary(kName, x, /*integers=*/false);
     ctx.tanh_approximation = tanh_approximation;
-    ctx.save_for_backward(x);
-    return kernels::unary(tanh_approximation ? UnaryOp::kGeluTanh : UnaryOp::kGelu, x);
+    return unary_forward(ctx, kName, tanh_approximation ? UnaryOp::kGeluTanh : UnaryOp::kGelu, x, Keep::kInput);
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
     BinaryOp op = ctx.tanh_approximation ? BinaryOp::kGeluTanhBackward : BinaryOp::kGeluBackward;
@@ -300,10 +299,7 @@ struct Sigmoid {
   static constexpr Precision kPrecision = Precision::kPassthrough;  // bounded output, stable formula
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& x) {
-    check_unary(kName, x, /*integers=*/false);
-    Tensor y = kernels::unary(UnaryOp::kSigmoid, x);
-    ctx.save_for_backward(y);
-    return y;
+    return unary_forward(ctx, kName, UnaryOp::kSigmoid, x, Keep::kOutput);
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
     return {kernels::binary(BinaryOp::kSigmoidBackward, dy, ctx.saved(0))};
@@ -316,10 +312,7 @@ struct Tanh {
   static constexpr Precision kPrecision = Precision::kPassthrough;  // bounded output
   using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& x) {
-    check_unary(kName, x, /*integers=*/false);
-    Tensor y = kernels::unary(UnaryOp::kTanh, x);
-    ctx.save_for_backward(y);
-    return y;
+    return unary_forward(ctx, kName, UnaryOp::kTanh, x, Keep::kOutput);
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
     return {kernels::binary(BinaryOp::kTanhBackward, dy, ctx.saved(0))};

@@ -37,30 +37,37 @@ kernels::Window2d pool_window(const Pool2dOptions& o, const Tensor& x, const cha
   return w;
 }
 
-/// Pooling's shared state: the 4-D input shape and whether a batch dim was added.
+/// Pooling's shared state: the window, the 4-D input shape and whether a batch dim was added.
 struct PoolCtx : autograd::Ctx {
   kernels::Window2d window{};
   Shape x_shape;  // (N, C, H, W)
   bool unbatched = false;
+
+  /// Checks the input and the options (errors name `op`), keeps the window and the input's 4-D shape, and returns
+  /// the input as (N, C, H, W).
+  Tensor begin(const char* op, const Tensor& x, const Pool2dOptions& o) {
+    window = pool_window(o, x, op);
+    unbatched = x.dim() == 3;
+    const Tensor x4 = batch(x);
+    x_shape = x4.shape();
+    return x4;
+  }
+  /// (C, H, W) inputs ran as a batch of one: their tensors gain and lose that dim.
+  Tensor batch(const Tensor& t) const { return unbatched ? raw::unsqueeze(t, 0) : t; }
+  Tensor unbatch(const Tensor& t) const { return unbatched ? raw::squeeze(t, 0) : t; }
 };
 
 struct MaxPool2d {
   static constexpr const char* kName = "max_pool2d";
   static constexpr Precision kPrecision = Precision::kPassthrough;  // selects inputs: exact in any dtype
   using Ctx = PoolCtx;
-  static Tensor forward(Ctx& ctx, const Tensor& x_in, const Pool2dOptions& o) {
-    ctx.window = pool_window(o, x_in, kName);
-    ctx.unbatched = x_in.dim() == 3;
-    const Tensor x = ctx.unbatched ? raw::unsqueeze(x_in, 0) : x_in;
-    ctx.x_shape = x.shape();
-    kernels::MaxPoolResult r = kernels::max_pool2d(x, ctx.window);
+  static Tensor forward(Ctx& ctx, const Tensor& x, const Pool2dOptions& o) {
+    kernels::MaxPoolResult r = kernels::max_pool2d(ctx.begin(kName, x, o), ctx.window);
     ctx.save_for_backward(r.indices);  // (N, C, H_out, W_out) flat positions in each H·W plane
-    return ctx.unbatched ? raw::squeeze(r.y, 0) : r.y;
+    return ctx.unbatch(r.y);
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
-    Tensor dx = kernels::max_pool2d_backward(ctx.unbatched ? raw::unsqueeze(dy, 0) : dy, ctx.saved(0), ctx.x_shape,
-                                                 ctx.window);
-    return {ctx.unbatched ? raw::squeeze(dx, 0) : dx};
+    return {ctx.unbatch(kernels::max_pool2d_backward(ctx.batch(dy), ctx.saved(0), ctx.x_shape, ctx.window))};
   }
 };
 MT_REGISTER_OP(MaxPool2d);
@@ -69,17 +76,11 @@ struct AvgPool2d {
   static constexpr const char* kName = "avg_pool2d";
   static constexpr Precision kPrecision = Precision::kPassthrough;  // window sums accumulate in f32
   using Ctx = PoolCtx;
-  static Tensor forward(Ctx& ctx, const Tensor& x_in, const Pool2dOptions& o) {
-    ctx.window = pool_window(o, x_in, kName);
-    ctx.unbatched = x_in.dim() == 3;
-    const Tensor x = ctx.unbatched ? raw::unsqueeze(x_in, 0) : x_in;
-    ctx.x_shape = x.shape();
-    Tensor y = kernels::avg_pool2d(x, ctx.window);
-    return ctx.unbatched ? raw::squeeze(y, 0) : y;
+  static Tensor forward(Ctx& ctx, const Tensor& x, const Pool2dOptions& o) {
+    return ctx.unbatch(kernels::avg_pool2d(ctx.begin(kName, x, o), ctx.window));
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
-    Tensor dx = kernels::avg_pool2d_backward(ctx.unbatched ? raw::unsqueeze(dy, 0) : dy, ctx.x_shape, ctx.window);
-    return {ctx.unbatched ? raw::squeeze(dx, 0) : dx};
+    return {ctx.unbatch(kernels::avg_pool2d_backward(ctx.batch(dy), ctx.x_shape, ctx.window))};
   }
 };
 MT_REGISTER_OP(AvgPool2d);

@@ -15,24 +15,27 @@ using autograd::Grads;
 
 namespace {
 
-/// x defined and floating; `dim` wrapped.
-int64_t check_softmax(const char* op, const Tensor& x, int64_t dim) {
+struct SoftmaxCtx : autograd::Ctx {
+  int64_t dim = 0;  // wrapped
+};
+
+/// The forward of softmax (log_softmax when `log`) along `dim`: checks x, runs the fused kernel, saves its output
+/// (all either backward needs).
+Tensor softmax_forward(SoftmaxCtx& ctx, const char* op, const Tensor& x, int64_t dim, bool log) {
   ops::check::defined(op, x, "x");
   ops::check::floating(op, x, "x");
-  return wrap_dim(dim, x.dim(), op, x.shape());
+  ctx.dim = wrap_dim(dim, x.dim(), op, x.shape());
+  Tensor y = kernels::softmax(x, ctx.dim, log, x.dtype());
+  ctx.save_for_backward(y);
+  return y;
 }
 
 struct Softmax {
   static constexpr const char* kName = "softmax";
   static constexpr Precision kPrecision = Precision::kFp32;  // exp overflows f16 past 11; long sums lose mass
-  struct Ctx : autograd::Ctx {
-    int64_t dim = 0;
-  };
+  using Ctx = SoftmaxCtx;
   static Tensor forward(Ctx& ctx, const Tensor& x, int64_t dim) {
-    ctx.dim = check_softmax(kName, x, dim);
-    Tensor y = kernels::softmax(x, ctx.dim, /*log=*/false, x.dtype());
-    ctx.save_for_backward(y);
-    return y;
+    return softmax_forward(ctx, kName, x, dim, false);
   }
   // dx = y · (dy − Σ dy · y)
   static Grads backward(Ctx& ctx, const Tensor& dy) {
@@ -44,14 +47,9 @@ MT_REGISTER_OP(Softmax);
 struct LogSoftmax {
   static constexpr const char* kName = "log_softmax";
   static constexpr Precision kPrecision = Precision::kFp32;
-  struct Ctx : autograd::Ctx {
-    int64_t dim = 0;
-  };
+  using Ctx = SoftmaxCtx;
   static Tensor forward(Ctx& ctx, const Tensor& x, int64_t dim) {
-    ctx.dim = check_softmax(kName, x, dim);
-    Tensor y = kernels::softmax(x, ctx.dim, /*log=*/true, x.dtype());
-    ctx.save_for_backward(y);
-    return y;
+    return softmax_forward(ctx, kName, x, dim, true);
   }
   // dx = dy − exp(y) · Σ dy
   static Grads backward(Ctx& ctx, const Tensor& dy) {

@@ -248,7 +248,14 @@ const Backend& checked_backend(const char* kernel, const char* arg_names, const 
   (of(a), ...);
   if (of.mixed) fail(kernel, "expected every tensor on one device", arg_names, a...);
   if (!of.device) fail(kernel, "no tensor or device argument says where to run", arg_names, a...);
-  if (!invariant()) fail(kernel, std::string("its invariant `") + invariant_text + "` does not hold", arg_names, a...);
+  bool holds = false;
+  try {
+    holds = invariant();
+  } catch (const Error& e) {  // an undefined tensor where the kernel needs one
+    fail(kernel, std::string("its invariant `") + invariant_text + "` cannot be evaluated (" + e.what() + ")",
+         arg_names, a...);
+  }
+  if (!holds) fail(kernel, std::string("its invariant `") + invariant_text + "` does not hold", arg_names, a...);
   return backend_of(*of.device, kernel);
 }
 

@@ -72,6 +72,20 @@ inline int64_t window_output_size(int64_t in, const Window2d& w, int axis) {
   return room < 0 ? 0 : room / w.stride[axis] + 1;
 }
 
+/// A tensor viewed as (outer, C, inner) around `dim`: the rows of the softmax and the slices of the index kernels
+/// (a 0-d tensor is one row of one element).
+struct RowLayout {
+  int64_t outer = 1, C = 1, inner = 1;
+};
+inline RowLayout row_layout(const Shape& shape, int64_t dim) {
+  RowLayout L;
+  if (shape.empty()) return L;
+  for (int64_t d = 0; d < dim; ++d) L.outer *= shape[d];
+  L.C = shape[dim];
+  for (int64_t d = dim + 1; d < shape.size(); ++d) L.inner *= shape[d];
+  return L;
+}
+
 struct LayerNormResult {
   Tensor y;           // x's shape and dtype
   Tensor mean, rstd;  // (rows) in acc_dtype(x)

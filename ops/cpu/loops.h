@@ -37,19 +37,6 @@ inline constexpr int kAccs = 8;
 template <class T, class O = T>
 using acc_t = std::conditional_t<std::is_same_v<T, double> || std::is_same_v<O, double>, double, float>;
 
-/// x viewed as (outer, C, inner) around `dim` (a 0-d tensor is one row of one element).
-struct RowLayout {
-  int64_t outer = 1, C = 1, inner = 1;
-};
-inline RowLayout row_layout(const Shape& shape, int64_t dim) {
-  RowLayout L;
-  if (shape.empty()) return L;
-  for (int64_t d = 0; d < dim; ++d) L.outer *= shape[d];
-  L.C = shape[dim];
-  for (int64_t d = dim + 1; d < shape.size(); ++d) L.inner *= shape[d];
-  return L;
-}
-
 template <class M>
 M max_with_nan(M best, M v) {
   return (v != v || v > best) ? v : best;  // a NaN, once seen, stays (PyTorch's softmax gives NaN rows)
