@@ -4,44 +4,9 @@
 // CPU in tests/test_parity.cpp), the mask (seeded, fresh per draw, scaled, counter offsets), the identity and
 // all-dropped extremes and the gradient, and on CUDA: the mask bit for bit the CPU's for any seed, offset and
 // size, and the op forward and backward on both devices.
-#include <boost/test/unit_test.hpp>
-
-#include <cmath>
-#include <cstdint>
-#include <limits>
-#include <sstream>
-#include <string>
-#include <vector>
+#include "family_test.h"
 
 #include <mixtape/autograd/autograd.h>
-#include <mixtape/autograd/precision.h>
-#include <mixtape/core/raw.h>
-#include <mixtape/core/random.h>
-#include <mixtape/core/tensor.h>
-#include <mixtape/mixtape.h>
-#include <mixtape/ops/backend/kernels.h>
-#include <mixtape/ops/ops.h>
-
-#include "compare.h"
-#include "op_cases.h"
-#include "test_util.h"
-#include "tolerance.h"
-
-namespace mt = mixtape;
-namespace kn = mixtape::kernels;
-using mt::Device;
-using mt::DType;
-using mt::Shape;
-using mt::Tensor;
-using mt::test::expect_close;
-using mt::test::expect_error;
-using mt::test::expect_same_bits;
-using mt::test::gpu;
-using mt::test::kGpuFloatTypes;
-using mt::test::Leaf;
-using mt::test::randn_seeded;
-using mt::test::tolerance;
-using In = std::vector<Tensor>;
 
 namespace {
 

@@ -5,55 +5,12 @@
 // the CPU: tests/test_parity.cpp), the CPU kernels against float64 references (tests/reference.h), the in-place
 // kernels against their out-of-place results, the errors of misuse, and the CUDA kernels against the CPU's on
 // every op, dtype and layout. Op-case inputs stay away from kinks and poles: relu's 0, log/sqrt/div near 0.
-#include <boost/test/unit_test.hpp>
+#include "family_test.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdint>
 #include <iterator>
-#include <limits>
 #include <numbers>
-#include <sstream>
-#include <string>
 #include <utility>
-#include <vector>
-
-#include <mixtape/core/random.h>
-#include <mixtape/core/tensor.h>
-#include <mixtape/ops/backend/kernels.h>
-#include <mixtape/ops/ops.h>
-
-#include "compare.h"
-#include "op_cases.h"
-#include "reference.h"
-#include "test_util.h"
-#include "tolerance.h"
-
-namespace mt = mixtape;
-namespace kn = mixtape::kernels;
-using mt::DType;
-using mt::Shape;
-using mt::Tensor;
-using mt::test::describe;
-using mt::test::expect_close;
-using mt::test::expect_error;
-using mt::test::expect_same_bits;
-using mt::test::expect_shape;
-using mt::test::expect_values;
-using mt::test::input;
-using mt::test::kGpuFloatTypes;
-using mt::test::kGpuSizes;
-using mt::test::kExact;
-using mt::test::kFloatTypes;
-using mt::test::Layout;
-using mt::test::layout_name;
-using mt::test::PoisonAllocations;
-using mt::test::random;
-using mt::test::round_to;
-using mt::test::same_view_on_gpu;
-using mt::test::Tolerance;
-using mt::test::values;
-using In = std::vector<Tensor>;
 
 namespace {
 
@@ -227,7 +184,6 @@ const BroadcastCase kBroadcastCases[] = {
 
 /// The elements of `t`, broadcast to `shape`, in row-major order, as doubles.
 std::vector<double> broadcast_values(const Tensor& t, const Shape& shape) { return values(t.expand(shape)); }
-
 
 // ---- the CUDA kernels against the CPU's --------------------------------------------------------
 //
@@ -555,14 +511,17 @@ BOOST_AUTO_TEST_CASE(in_place_binary_matches_binary, MT_CPU_TEST) {
         if (!b.is_same(a)) BOOST_TEST(b.version() == b_version, config << ": the operand's version moved");
       };
       // b broadcast over a's rows, over its columns, as a 0-d tensor; a transposed and a strided target.
-      check(input({17, 23}, dtype, c.a_lo, c.a_hi, ++seed), input({23}, dtype, c.b_lo, c.b_hi, ++seed),
-            "a [17, 23], b [23]");
-      check(input({17, 23}, dtype, c.a_lo, c.a_hi, ++seed, Layout::kTransposed),
-            input({17, 1}, dtype, c.b_lo, c.b_hi, ++seed), "a [17, 23] transposed, b [17, 1]");
-      check(input({17, 23}, dtype, c.a_lo, c.a_hi, ++seed, Layout::kStrided), input({}, dtype, c.b_lo, c.b_hi, ++seed),
-            "a [17, 23] strided, b []");
+      const auto operand = [&](const Shape& shape, double lo, double hi, Layout layout = Layout::kContiguous) {
+        return input(shape, dtype, lo, hi, ++seed, layout);
+      };
+      Tensor a = operand({17, 23}, c.a_lo, c.a_hi);
+      check(a, operand({23}, c.b_lo, c.b_hi), "a [17, 23], b [23]");
+      a = operand({17, 23}, c.a_lo, c.a_hi, Layout::kTransposed);
+      check(a, operand({17, 1}, c.b_lo, c.b_hi), "a [17, 23] transposed, b [17, 1]");
+      a = operand({17, 23}, c.a_lo, c.a_hi, Layout::kStrided);
+      check(a, operand({}, c.b_lo, c.b_hi), "a [17, 23] strided, b []");
       // b is a itself (gradient accumulation's grad += grad): values inside both operands' ranges.
-      const Tensor a = input({17, 23}, dtype, std::max(c.a_lo, c.b_lo), std::min(c.a_hi, c.b_hi), ++seed);
+      a = operand({17, 23}, std::max(c.a_lo, c.b_lo), std::min(c.a_hi, c.b_hi));
       check(a, a, "b = a [17, 23]");
     }
   }

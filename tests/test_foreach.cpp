@@ -6,38 +6,9 @@
 // product in opmath, one rounding), with the found-inf flag set by any non-finite element of any tensor of the
 // list and never reset, the targets' versions bumped, and the entry point's invariants; on CUDA, the same cases
 // bit for bit the CPU's.
-#include <boost/test/unit_test.hpp>
+#include "family_test.h"
 
-#include <cstdint>
 #include <functional>
-#include <limits>
-#include <string>
-#include <vector>
-
-#include <mixtape/core/raw.h>
-#include <mixtape/core/tensor.h>
-#include <mixtape/ops/backend/kernels.h>
-
-#include "compare.h"
-#include "reference.h"
-#include "test_util.h"
-
-namespace mt = mixtape;
-namespace kn = mixtape::kernels;
-using mt::DType;
-using mt::Shape;
-using mt::Tensor;
-using mt::test::describe;
-using mt::test::expect_error;
-using mt::test::expect_same_bits;
-using mt::test::expect_values;
-using mt::test::input;
-using mt::test::kExact;
-using mt::test::kFloatTypes;
-using mt::test::Layout;
-using mt::test::round_to;
-using mt::test::same_view_on_gpu;
-using mt::test::values;
 
 namespace {
 

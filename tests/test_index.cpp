@@ -6,46 +6,9 @@
 // errors of misuse, and on CUDA: the kernels against the CPU's (gather and scatter_add add in the CPU's order and
 // compare exactly; index_add, whose sums a scatter would race on, gives the same bits run after run; out-of-range
 // indices the host cannot check give NaN or are skipped) and index_select forward and backward on both devices.
-#include <boost/test/unit_test.hpp>
-
-#include <cmath>
-#include <cstdint>
-#include <limits>
-#include <sstream>
-#include <string>
-#include <vector>
+#include "family_test.h"
 
 #include <mixtape/autograd/autograd.h>
-#include <mixtape/autograd/precision.h>
-#include <mixtape/core/raw.h>
-#include <mixtape/core/random.h>
-#include <mixtape/core/tensor.h>
-#include <mixtape/mixtape.h>
-#include <mixtape/ops/backend/kernels.h>
-#include <mixtape/ops/ops.h>
-
-#include "compare.h"
-#include "op_cases.h"
-#include "test_util.h"
-#include "tolerance.h"
-
-namespace mt = mixtape;
-namespace kn = mixtape::kernels;
-using mt::Device;
-using mt::DType;
-using mt::Shape;
-using mt::Tensor;
-using mt::test::expect_close;
-using mt::test::expect_error;
-using mt::test::expect_same_bits;
-using mt::test::gpu;
-using mt::test::kExact;
-using mt::test::kGpuFloatTypes;
-using mt::test::Leaf;
-using mt::test::randn_as;
-using mt::test::randn_seeded;
-using mt::test::tolerance;
-using In = std::vector<Tensor>;
 
 namespace {
 

@@ -6,57 +6,10 @@
 // statistics must be f32, the errors of misuse, the fused CPU kernels against formulas in double
 // (tests/reference.h), and the CUDA kernels against the CPU's (tests/gpu_rows.h: the order allowance), with the
 // ops forward and backward on both devices.
-#include <boost/test/unit_test.hpp>
+#include "family_test.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <limits>
-#include <sstream>
-#include <string>
 #include <utility>
-#include <vector>
-
-#include <mixtape/autograd/precision.h>
-#include <mixtape/core/random.h>
-#include <mixtape/core/tensor.h>
-#include <mixtape/mixtape.h>
-#include <mixtape/ops/backend/kernels.h>
-#include <mixtape/ops/ops.h>
-
-#include "compare.h"
-#include "gpu_rows.h"
-#include "op_cases.h"
-#include "reference.h"
-#include "test_util.h"
-#include "tolerance.h"
-
-namespace mt = mixtape;
-namespace kn = mixtape::kernels;
-namespace tt = boost::test_tools;
-using mt::Device;
-using mt::DType;
-using mt::Shape;
-using mt::Tensor;
-using mt::test::chained;
-using mt::test::describe;
-using mt::test::expect_close;
-using mt::test::expect_error;
-using mt::test::expect_shape;
-using mt::test::expect_values;
-using mt::test::gpu;
-using mt::test::kExact;
-using mt::test::kFloatTypes;
-using mt::test::kGpuFloatTypes;
-using mt::test::Leaf;
-using mt::test::non_contiguous;
-using mt::test::order_allowance;
-using mt::test::randn_as;
-using mt::test::special_rows;
-using mt::test::Tolerance;
-using mt::test::values;
-using mt::test::with_allowance;
-using In = std::vector<Tensor>;
 
 namespace {
 
@@ -149,7 +102,6 @@ MT_OP_CASE({.op = "mse_loss", .label = "sum, strided target",
 MT_OP_CASE({.op = "mse_loss", .label = "none, 3-D",
             .f = [](const In& in) { return mt::mse_loss(in[0], in[1], mt::Reduction::kNone); },
             .inputs = [] { return In{mt::randn({2, 3, 2}), mt::randn({2, 3, 2})}; }});
-
 
 // ---- the fused CPU kernels against float64 references ----------------------------------------
 

@@ -8,55 +8,13 @@
 // tests/test_cuda_gemm.cpp checks the GEMM launcher itself) with results within a stated bound of float64: batches
 // that coalesce and ones that do not, broadcast weights, transposed views, the fused bias of linear, backward
 // products, the TF32 opt-in and the SIMT fallback.
-#include <boost/test/unit_test.hpp>
+#include "family_test.h"
 
-#include <cmath>
-#include <cstdint>
 #include <optional>
-#include <sstream>
-#include <string>
 #include <tuple>
-#include <vector>
 
-#include <mixtape/autograd/precision.h>
 #include <mixtape/core/storage.h>
-#include <mixtape/core/tensor.h>
 #include <mixtape/cuda/runtime.h>
-#include <mixtape/mixtape.h>
-#include <mixtape/ops/backend/kernels.h>
-#include <mixtape/ops/ops.h>
-
-#include "compare.h"
-#include "kernel_calls.h"
-#include "op_cases.h"
-#include "reference.h"
-#include "test_util.h"
-#include "tolerance.h"
-
-namespace mt = mixtape;
-namespace kn = mixtape::kernels;
-using mt::Device;
-using mt::DType;
-using mt::Shape;
-using mt::Tensor;
-using mt::test::describe;
-using mt::test::expect_close;
-using mt::test::expect_error;
-using mt::test::expect_shape;
-using mt::test::expect_values;
-using mt::test::input;
-using mt::test::kExact;
-using mt::test::kFloatTypes;
-using mt::test::Layout;
-using mt::test::layout_name;
-using mt::test::PoisonAllocations;
-using mt::test::random;
-using mt::test::relative_error;
-using mt::test::round_to;
-using mt::test::same_view_on_gpu;
-using mt::test::Tolerance;
-using mt::test::values;
-using In = std::vector<Tensor>;
 
 namespace {
 
@@ -130,7 +88,6 @@ MT_OP_CASE({.op = "linear", .label = "3-D x (leading dims flattened)",
 MT_OP_CASE({.op = "linear", .label = "1-D x",
             .f = [](const In& in) { return mt::linear(in[0], in[1], in[2]); },
             .inputs = [] { return In{mt::randn({4}), mt::randn({3, 4}), mt::randn({3})}; }});
-
 
 // ---- the CPU kernels against float64 references -------------------------------------------
 

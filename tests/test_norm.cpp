@@ -5,50 +5,11 @@
 // f64, and the CUDA kernels against the CPU's (tests/gpu_rows.h: the order allowance) at row lengths across every
 // kernel tier and path of cuda/norm.cu (register and strided kernels, fused parameter columns, the parameter pass,
 // clusters on sm_90, misaligned buffers), and the op forward and backward on both devices.
-#include <boost/test/unit_test.hpp>
+#include "family_test.h"
 
-#include <cmath>
-#include <cstdint>
-#include <sstream>
-#include <string>
 #include <utility>
-#include <vector>
 
-#include <mixtape/autograd/precision.h>
-#include <mixtape/core/raw.h>
-#include <mixtape/core/random.h>
-#include <mixtape/core/tensor.h>
 #include <mixtape/cuda/runtime.h>
-#include <mixtape/mixtape.h>
-#include <mixtape/ops/backend/kernels.h>
-#include <mixtape/ops/ops.h>
-
-#include "compare.h"
-#include "gpu_rows.h"
-#include "op_cases.h"
-#include "test_util.h"
-#include "tolerance.h"
-
-namespace mt = mixtape;
-namespace kn = mixtape::kernels;
-namespace tt = boost::test_tools;
-using mt::Device;
-using mt::DType;
-using mt::Shape;
-using mt::Tensor;
-using mt::test::chained;
-using mt::test::describe;
-using mt::test::expect_close;
-using mt::test::expect_error;
-using mt::test::gpu;
-using mt::test::kGpuFloatTypes;
-using mt::test::kRowLengths;
-using mt::test::Leaf;
-using mt::test::non_contiguous;
-using mt::test::order_allowance;
-using mt::test::randn_as;
-using mt::test::with_allowance;
-using In = std::vector<Tensor>;
 
 namespace {
 
@@ -67,7 +28,6 @@ MT_OP_CASE({.op = "layer_norm", .label = "weight only, transposed input",
 MT_OP_CASE({.op = "layer_norm", .label = "bias only, offset +20",
             .f = [](const In& in) { return mt::layer_norm(in[0], {6}, Tensor(), in[1]); },
             .inputs = [] { return In{mt::add(mt::randn({2, 6}), 20.0), mt::randn({6})}; }});
-
 
 // ---- CUDA against the CPU ---------------------------------------------------------------------
 

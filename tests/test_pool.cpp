@@ -7,51 +7,9 @@
 // CPU's (windows with stride 2, padding 1, dilation 2 and non-square kernels, the MNIST shapes, non-contiguous
 // inputs, ties and NaNs in max-pool windows; the backwards, whose sums a scatter would race on, giving the same
 // bits run after run) and the ops forward and backward on both devices.
-#include <boost/test/unit_test.hpp>
-
-#include <cmath>
-#include <cstdint>
-#include <limits>
-#include <sstream>
-#include <string>
-#include <vector>
+#include "family_test.h"
 
 #include <mixtape/autograd/autograd.h>
-#include <mixtape/autograd/precision.h>
-#include <mixtape/core/raw.h>
-#include <mixtape/core/random.h>
-#include <mixtape/core/tensor.h>
-#include <mixtape/mixtape.h>
-#include <mixtape/ops/backend/kernels.h>
-#include <mixtape/ops/ops.h>
-
-#include "compare.h"
-#include "gpu_windows.h"
-#include "op_cases.h"
-#include "test_util.h"
-#include "tolerance.h"
-
-namespace mt = mixtape;
-namespace kn = mixtape::kernels;
-using mt::Device;
-using mt::DType;
-using mt::Shape;
-using mt::Tensor;
-using mt::test::expect_close;
-using mt::test::expect_error;
-using mt::test::expect_same_bits;
-using mt::test::gpu;
-using mt::test::kExact;
-using mt::test::kGpuFloatTypes;
-using mt::test::label;
-using mt::test::Leaf;
-using mt::test::pooled;
-using mt::test::randn_seeded;
-using mt::test::tolerance;
-using mt::test::transposed_23;
-using mt::test::window;
-using mt::test::WindowCase;
-using In = std::vector<Tensor>;
 
 namespace {
 

@@ -6,58 +6,14 @@
 // against float64 references over every dim set, layout and dtype (tests/reference.h), and the CUDA kernels
 // against the CPU's on every layout of cuda/reduce.cu: short and long rows, rows split in pieces (the two-pass
 // full reduction), column sums, dims that need a copy, keepdim, empty reductions.
-#include <boost/test/unit_test.hpp>
+#include "family_test.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdint>
 #include <iterator>
-#include <limits>
 #include <numeric>
 #include <optional>
-#include <sstream>
-#include <string>
-#include <vector>
 
-#include <mixtape/autograd/precision.h>
 #include <mixtape/autograd/registry.h>
-#include <mixtape/core/random.h>
-#include <mixtape/core/tensor.h>
-#include <mixtape/ops/backend/kernels.h>
-#include <mixtape/ops/ops.h>
-
-#include "compare.h"
-#include "kernel_calls.h"
-#include "op_cases.h"
-#include "reference.h"
-#include "test_util.h"
-#include "tolerance.h"
-
-namespace mt = mixtape;
-namespace kn = mixtape::kernels;
-namespace tt = boost::test_tools;
-using mt::DType;
-using mt::Shape;
-using mt::Tensor;
-using mt::test::describe;
-using mt::test::expect_close;
-using mt::test::expect_error;
-using mt::test::expect_shape;
-using mt::test::expect_values;
-using mt::test::input;
-using mt::test::kExact;
-using mt::test::kFloatTypes;
-using mt::test::kGpuFloatTypes;
-using mt::test::kGpuSizes;
-using mt::test::Layout;
-using mt::test::non_contiguous;
-using mt::test::PoisonAllocations;
-using mt::test::random;
-using mt::test::round_to;
-using mt::test::same_view_on_gpu;
-using mt::test::Tolerance;
-using mt::test::values;
-using In = std::vector<Tensor>;
 
 namespace {
 
@@ -105,7 +61,6 @@ MT_OP_CASE({.op = "max", .label = "dim -1 keepdim, 3-D", .f = [](const In& in) {
             .inputs = [] { return In{distinct({2, 3, 4})}; }});
 MT_OP_CASE({.op = "max", .label = "dim 0 of a transposed input", .f = [](const In& in) { return mt::max(in[0], 0); },
             .inputs = [] { return In{non_contiguous(distinct({4, 3}), "transposed")}; }});
-
 
 // ---- the CPU kernels against float64 references -------------------------------------------
 
@@ -222,7 +177,6 @@ std::vector<kn::ReduceOp> reduce_ops_for(DType dtype) {
 
 /// Whole numbers in [0, 8): argmax/argmin ties everywhere, so "the first index wins" is exercised.
 Tensor with_ties(const Shape& shape, DType dtype, uint64_t seed) { return random(shape, mt::kI64, 0, 8, seed).to(dtype); }
-
 
 }  // namespace
 

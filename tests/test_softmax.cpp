@@ -5,48 +5,7 @@
 // tests/test_parity.cpp), f16 data whose statistics must be f32, the threaded CPU paths against f64, and the CUDA
 // kernels against the CPU's (tests/gpu_rows.h: the order allowance) along every dim, at row lengths across every
 // kernel tier, with special values, and the ops forward and backward on both devices.
-#include <boost/test/unit_test.hpp>
-
-#include <cmath>
-#include <cstdint>
-#include <sstream>
-#include <string>
-#include <vector>
-
-#include <mixtape/autograd/precision.h>
-#include <mixtape/core/raw.h>
-#include <mixtape/core/random.h>
-#include <mixtape/core/tensor.h>
-#include <mixtape/mixtape.h>
-#include <mixtape/ops/backend/kernels.h>
-#include <mixtape/ops/ops.h>
-
-#include "compare.h"
-#include "gpu_rows.h"
-#include "op_cases.h"
-#include "test_util.h"
-#include "tolerance.h"
-
-namespace mt = mixtape;
-namespace kn = mixtape::kernels;
-using mt::Device;
-using mt::DType;
-using mt::Shape;
-using mt::Tensor;
-using mt::test::chained;
-using mt::test::describe;
-using mt::test::expect_close;
-using mt::test::gpu;
-using mt::test::kGpuFloatTypes;
-using mt::test::kRowLengths;
-using mt::test::Leaf;
-using mt::test::non_contiguous;
-using mt::test::order_allowance;
-using mt::test::randn_as;
-using mt::test::special_rows;
-using mt::test::Tolerance;
-using mt::test::with_allowance;
-using In = std::vector<Tensor>;
+#include "family_test.h"
 
 namespace {
 
@@ -80,7 +39,6 @@ MT_OP_CASE({.op = "log_softmax", .label = "dim 0 of a transposed input",
             .f = [](const In& in) { return mt::log_softmax(in[0], 0); },
             .inputs = [] { return In{non_contiguous(mt::randn({4, 3}), "transposed")}; }, .f16 = kSoftmaxF16,
             .bf16 = kSoftmaxBF16});
-
 
 /// Forward and backward of softmax/log_softmax of x along dim: the CUDA kernels against the CPU's.
 void check_softmax(const Tensor& x, int64_t dim, bool log, DType out_dtype, const std::string& what) {
