@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES=(cmake ninja-build g++ git libboost-test-dev libopenblas-dev)
+PACKAGES=(cmake ninja-build g++ git libboost-test-dev libopenblas-dev nlohmann-json3-dev)
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 

@@ -1,0 +1,2 @@
+// tests/layers/nn_sees_ops.cpp — nn/ includes the ops: compiles.
+#include <mixtape/ops/ops.h>
