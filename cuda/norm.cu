@@ -1,4 +1,5 @@
-// cuda/norm.cu — layer norm forward and backward over the trailing normalized_numel elements.
+// cuda/norm.cu — layer norm forward and backward over the trailing normalized_numel elements, and batch norm
+// (at the end of the file: one block a channel, see the comment there).
 //
 // The one design idea: a row lives in registers. The threads that own a row —
 // a warp for rows of up to 1024 elements, a block of 256 threads up to 8192, a
@@ -967,6 +968,184 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     };
     if (want_w) g.dweight = finish(dw_part);
     if (bias_defined) g.dbias = finish(db_part);
+  });
+  return g;
+}
+
+// ---- batch norm ----------------------------------------------------------------------------------
+//
+// Kept small: one block of kBnBlock threads a channel, whose N planes of `inner` elements it sweeps as one flat
+// range (j = n·inner + i), reducing with row_all_reduce (cuda/rows.cuh). The statistics are those of
+// ops/cpu/norm.cpp: the mean summed relative to the channel's first element, then the biased variance from the
+// squared deviations (a second sweep, from L2), in Acc. Each output element is rounded once. The parameter
+// gradients are one Acc value a channel, written by the block's thread 0, then rounded to the parameters' dtype.
+// Outputs are freshly allocated and overwritten.
+
+namespace {
+
+constexpr int kBnBlock = 256;
+
+/// Channel c's element j of x viewed as (N, C, inner): plane j / inner, element j % inner.
+__device__ __forceinline__ int64_t channel_index(int64_t j, int64_t c, int64_t C, int64_t inner) {
+  const int64_t n = j / inner;
+  return (n * C + c) * inner + (j - n * inner);
+}
+
+/// y = (x − mean)·(invstd·weight) + bias for channel blockIdx.x, over N·inner = count elements. With running_mean
+/// null the block computes the channel's mean and biased variance (written to var) first; otherwise it reads
+/// running_mean/running_var. Overwrites y, mean, invstd (and var with batch statistics).
+template <class T, class Acc>
+__global__ void __launch_bounds__(kBnBlock)
+    batch_norm_fwd_kernel(const T* __restrict__ x,               // (N, C, inner)
+                          const Acc* __restrict__ running_mean,  // (C) or null
+                          const Acc* __restrict__ running_var,   // (C) or null
+                          const Acc* __restrict__ weight,        // (C) or null
+                          const Acc* __restrict__ bias,          // (C) or null
+                          T* __restrict__ y,                     // (N, C, inner)
+                          Acc* __restrict__ mean,                // (C)
+                          Acc* __restrict__ invstd,              // (C)
+                          Acc* __restrict__ var,                 // (C) or null
+                          int64_t C, int64_t inner, int64_t count, Acc eps) {
+  const int64_t c = blockIdx.x;
+  const int t = static_cast<int>(threadIdx.x);
+  Acc mu, v;
+  if (running_mean) {
+    mu = running_mean[c];
+    v = running_var[c];
+  } else if (count == 0) {
+    mu = v = std::numeric_limits<Acc>::quiet_NaN();  // no values: as the CPU's
+  } else {
+    const Acc x0 = widen<Acc>(x[c * inner]);  // channel c's first element (n = 0, i = 0)
+    Acc s = 0;
+    for (int64_t j = t; j < count; j += kBnBlock) s += widen<Acc>(x[channel_index(j, c, C, inner)]) - x0;
+    mu = x0 + row_all_reduce<kBnBlock, kBnBlock>(s, AddOp{}) / static_cast<Acc>(count);
+    Acc q = 0;
+    for (int64_t j = t; j < count; j += kBnBlock) {
+      const Acc d = widen<Acc>(x[channel_index(j, c, C, inner)]) - mu;
+      q += d * d;
+    }
+    v = row_all_reduce<kBnBlock, kBnBlock>(q, AddOp{}) / static_cast<Acc>(count);
+    if (t == 0) var[c] = v;
+  }
+  const Acc is = Acc(1) / math::detail::sqrt(v + eps);
+  if (t == 0) {
+    mean[c] = mu;
+    invstd[c] = is;
+  }
+  const Acc scale = weight ? is * weight[c] : is, shift = bias ? bias[c] : Acc(0);
+  for (int64_t j = t; j < count; j += kBnBlock) {
+    const int64_t k = channel_index(j, c, C, inner);
+    y[k] = narrow<T>((widen<Acc>(x[k]) - mu) * scale + shift);
+  }
+}
+
+/// dx of channel blockIdx.x, and its Σ dy·x̂ and Σ dy (into dweight[c] and dbias[c], Acc). With batch
+/// statistics dx = weight·invstd·(dy − mean(dy) − x̂·mean(dy·x̂)), else weight·invstd·dy. Overwrites dx, dweight,
+/// dbias.
+template <class T, class Acc>
+__global__ void __launch_bounds__(kBnBlock)
+    batch_norm_bwd_kernel(const T* __restrict__ dy,        // (N, C, inner)
+                          const T* __restrict__ x,         // (N, C, inner)
+                          const Acc* __restrict__ mean,    // (C)
+                          const Acc* __restrict__ invstd,  // (C)
+                          const Acc* __restrict__ weight,  // (C) or null
+                          T* __restrict__ dx,              // (N, C, inner)
+                          Acc* __restrict__ dweight,       // (C)
+                          Acc* __restrict__ dbias,         // (C)
+                          int64_t C, int64_t inner, int64_t count, bool batch_stats) {
+  const int64_t c = blockIdx.x;
+  const int t = static_cast<int>(threadIdx.x);
+  const Acc mu = mean[c], is = invstd[c];
+  Sum2<Acc> part{0, 0};  // Σ dy, Σ dy·x̂
+  for (int64_t j = t; j < count; j += kBnBlock) {
+    const int64_t k = channel_index(j, c, C, inner);
+    const Acc g = widen<Acc>(dy[k]);
+    part.a += g;
+    part.b += g * ((widen<Acc>(x[k]) - mu) * is);
+  }
+  const Sum2<Acc> sums = row_all_reduce<kBnBlock, kBnBlock>(part, AddOp{});
+  if (t == 0) {
+    dweight[c] = sums.b;
+    dbias[c] = sums.a;
+  }
+  const Acc scale = weight ? is * weight[c] : is;
+  const Acc mdy = batch_stats && count > 0 ? sums.a / static_cast<Acc>(count) : Acc(0);
+  const Acc mdyx = batch_stats && count > 0 ? sums.b / static_cast<Acc>(count) : Acc(0);
+  for (int64_t j = t; j < count; j += kBnBlock) {
+    const int64_t k = channel_index(j, c, C, inner);
+    const Acc g = widen<Acc>(dy[k]);
+    const Acc xh = (widen<Acc>(x[k]) - mu) * is;
+    dx[k] = narrow<T>(batch_stats ? scale * (g - mdy - xh * mdyx) : scale * g);
+  }
+}
+
+/// x's shape as (N, C, inner).
+struct BnLayout {
+  int64_t N, C, inner;
+};
+BnLayout bn_layout(const Shape& shape) {
+  BnLayout L{shape[0], shape[1], 1};
+  for (int64_t d = 2; d < shape.size(); ++d) L.inner *= shape[d];
+  return L;
+}
+
+}  // namespace
+
+BatchNormResult batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight, const Tensor& bias, double eps) {
+  const Tensor x = raw::contiguous(x_in);
+  const BnLayout L = bn_layout(x.shape());
+  const int64_t count = L.N * L.inner;
+  const bool batch_stats = !running_mean.defined();
+  BatchNormResult r;
+  r.y = empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
+  dispatch_floating(x.dtype(), "batch_norm_fwd_kernel", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = acc_t<T>;
+    const auto stats = TensorOptions(dtype_v<Acc>).device(x.device());
+    r.mean = empty({L.C}, stats);
+    r.invstd = empty({L.C}, stats);
+    if (batch_stats) r.var = empty({L.C}, stats);
+    if (L.C == 0) return;
+    const Tensor w = params_as<Acc>(weight), b = params_as<Acc>(bias);
+    const Tensor rm = params_as<Acc>(running_mean), rv = params_as<Acc>(running_var);
+    DeviceGuard guard(x.device());
+    batch_norm_fwd_kernel<T, Acc><<<static_cast<unsigned>(L.C), kBnBlock, 0, launch_stream()>>>(
+        x.data<T>(), data_or_null<Acc>(rm), data_or_null<Acc>(rv), data_or_null<Acc>(w), data_or_null<Acc>(b),
+        r.y.data<T>(), r.mean.data<Acc>(), r.invstd.data<Acc>(), batch_stats ? r.var.data<Acc>() : nullptr, L.C,
+        L.inner, count, static_cast<Acc>(eps));
+    MT_CUDA_CHECK_LAUNCH("batch_norm_fwd_kernel (", L.C, " channels of ", count, ")");
+  });
+  return r;
+}
+
+BatchNormGrads batch_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean_in,
+                                   const Tensor& invstd_in, const Tensor& weight, bool batch_stats,
+                                   bool bias_defined) {
+  const Tensor dy = raw::contiguous(dy_in), x = raw::contiguous(x_in);
+  const Tensor mean_t = raw::contiguous(mean_in), invstd_t = raw::contiguous(invstd_in);
+  const BnLayout L = bn_layout(x.shape());
+  const int64_t count = L.N * L.inner;
+  const Device device = x.device();
+  const bool want_w = weight.defined();
+  const DType param_dtype = want_w ? weight.dtype() : x.dtype();
+  BatchNormGrads g;
+  g.dx = empty(x.shape(), TensorOptions(x.dtype()).device(device));
+  dispatch_floating(x.dtype(), "batch_norm_bwd_kernel", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = acc_t<T>;
+    const Tensor dw_sum = empty({L.C}, TensorOptions(dtype_v<Acc>).device(device));
+    const Tensor db_sum = empty({L.C}, TensorOptions(dtype_v<Acc>).device(device));
+    if (L.C > 0) {
+      const Tensor w = params_as<Acc>(weight);
+      DeviceGuard guard(device);
+      batch_norm_bwd_kernel<T, Acc><<<static_cast<unsigned>(L.C), kBnBlock, 0, launch_stream()>>>(
+          dy.data<T>(), x.data<T>(), mean_t.data<Acc>(), invstd_t.data<Acc>(), data_or_null<Acc>(w),
+          g.dx.data<T>(), dw_sum.data<Acc>(), db_sum.data<Acc>(), L.C, L.inner, count, batch_stats);
+      MT_CUDA_CHECK_LAUNCH("batch_norm_bwd_kernel (", L.C, " channels of ", count, ")");
+    }
+    if (want_w) g.dweight = raw::to(dw_sum, param_dtype);  // one rounding to the parameters' dtype
+    if (bias_defined) g.dbias = raw::to(db_sum, param_dtype);
   });
   return g;
 }

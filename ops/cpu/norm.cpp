@@ -1,9 +1,11 @@
-// ops/cpu/norm.cpp — layer norm, forward and backward, on the CPU.
+// ops/cpu/norm.cpp — layer norm and batch norm, forward and backward, on the CPU.
 //
-// Each row's mean and variance in Acc (f32 for f16/bf16, f64 for f64), kept
-// for the backward; the parameters are read once as Acc columns; dweight and
-// dbias sum over rows in Acc and round once. Outputs are freshly allocated
-// and overwritten.
+// Layer norm: each row's mean and variance in Acc (f32 for f16/bf16, f64 for
+// f64), kept for the backward; the parameters are read once as Acc columns;
+// dweight and dbias sum over rows in Acc and round once.
+// Batch norm: a channel is one task (OpenMP over channels), its N planes of
+// `inner` elements summed in Acc, in a fixed order, so the result does not
+// depend on the thread count. Outputs are freshly allocated and overwritten.
 #include <mixtape/ops/backend/kernels.h>
 
 #include <algorithm>
@@ -25,6 +27,26 @@ namespace {
 template <class Acc>
 Tensor params_as(const Tensor& t) {
   return t.defined() ? raw::contiguous(raw::to(t, dtype_v<Acc>)) : Tensor();
+}
+
+/// x viewed as (N, C, inner): channel c's elements are planes n·C + c of `inner` contiguous elements.
+struct ChannelLayout {
+  int64_t N = 0, C = 0, inner = 1;
+};
+ChannelLayout channel_layout(const Shape& shape) {
+  ChannelLayout L{shape[0], shape[1], 1};
+  for (int64_t d = 2; d < shape.size(); ++d) L.inner *= shape[d];
+  return L;
+}
+
+/// Σ f(n, i) over channel c's N planes of `inner` elements, in Acc: interleaved accumulators along a plane, the
+/// planes in order (along N when a plane is one element, the (N, C) case).
+template <class Acc, class F>
+Acc channel_sum(const ChannelLayout& L, F&& f) {
+  if (L.inner == 1) return interleaved_sum<Acc>(L.N, [&](int64_t n) { return f(n, int64_t{0}); });
+  Acc s = 0;
+  for (int64_t n = 0; n < L.N; ++n) s += interleaved_sum<Acc>(L.inner, [&](int64_t i) { return f(n, i); });
+  return s;
 }
 
 }  // namespace
@@ -143,6 +165,114 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
   // No rows: the parameter gradients are zeros.
   if (want_w && !g.dweight.defined()) g.dweight = zeros(param_shape, param_dtype);
   if (bias_defined && !g.dbias.defined()) g.dbias = zeros(param_shape, param_dtype);
+  return g;
+}
+
+BatchNormResult batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight, const Tensor& bias, double eps) {
+  const Tensor x = raw::contiguous(x_in);
+  const ChannelLayout L = channel_layout(x.shape());
+  const int64_t count = L.N * L.inner;  // elements a channel
+  const bool batch_stats = !running_mean.defined();
+  BatchNormResult r;
+  r.y = empty(x.shape(), x.dtype());
+  dispatch_floating(x.dtype(), "batch_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = acc_t<T>;
+    r.mean = empty({L.C}, dtype_v<Acc>);
+    r.invstd = empty({L.C}, dtype_v<Acc>);
+    if (batch_stats) r.var = empty({L.C}, dtype_v<Acc>);
+    const Tensor w = params_as<Acc>(weight), b = params_as<Acc>(bias);
+    const Tensor rm = params_as<Acc>(running_mean), rv = params_as<Acc>(running_var);
+    const Acc* wp = w.defined() ? w.template data<Acc>() : nullptr;
+    const Acc* bp = b.defined() ? b.template data<Acc>() : nullptr;
+    const T* xp = x.data<T>();
+    T* yp = r.y.data<T>();
+    Acc* mean = r.mean.data<Acc>();
+    Acc* invstd = r.invstd.data<Acc>();
+    Acc* var_out = batch_stats ? r.var.data<Acc>() : nullptr;
+    parallel_items(L.C, x.numel() >= kParallelMin, [&](int64_t c) {
+      auto at = [&](int64_t n, int64_t i) { return static_cast<Acc>(xp[(n * L.C + c) * L.inner + i]); };
+      Acc mu, var;
+      if (!batch_stats) {
+        mu = rm.template data<Acc>()[c];
+        var = rv.template data<Acc>()[c];
+      } else if (count == 0) {
+        mu = var = std::numeric_limits<Acc>::quiet_NaN();  // no values: as PyTorch's mean of nothing
+      } else {
+        // Two passes, as layer_norm's rows: the mean summed relative to the channel's first element, then the
+        // squared deviations, so channels far from 0 neither grow a large sum nor cancel.
+        const Acc x0 = at(0, 0);
+        mu = x0 + channel_sum<Acc>(L, [&](int64_t n, int64_t i) { return at(n, i) - x0; }) / static_cast<Acc>(count);
+        var = channel_sum<Acc>(L, [&](int64_t n, int64_t i) {
+                const Acc d = at(n, i) - mu;
+                return d * d;
+              }) / static_cast<Acc>(count);  // biased: what the batch is normalised with
+        var_out[c] = var;
+      }
+      const Acc is = Acc(1) / math::detail::sqrt(var + static_cast<Acc>(eps));
+      mean[c] = mu;
+      invstd[c] = is;
+      // y = (x − mean)·(invstd·weight) + bias, one rounding on the store.
+      const Acc scale = wp ? is * wp[c] : is, shift = bp ? bp[c] : Acc(0);
+      for (int64_t n = 0; n < L.N; ++n) {
+        const T* xr = xp + (n * L.C + c) * L.inner;
+        T* yr = yp + (n * L.C + c) * L.inner;
+        for (int64_t i = 0; i < L.inner; ++i) yr[i] = convert<T>((static_cast<Acc>(xr[i]) - mu) * scale + shift);
+      }
+    });
+  });
+  return r;
+}
+
+BatchNormGrads batch_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& mean_in,
+                                   const Tensor& invstd_in, const Tensor& weight, bool batch_stats,
+                                   bool bias_defined) {
+  const Tensor dy = raw::contiguous(dy_in), x = raw::contiguous(x_in);
+  const Tensor mean_t = raw::contiguous(mean_in), invstd_t = raw::contiguous(invstd_in);
+  const ChannelLayout L = channel_layout(x.shape());
+  const int64_t count = L.N * L.inner;
+  const bool want_w = weight.defined();
+  const DType param_dtype = want_w ? weight.dtype() : x.dtype();
+  BatchNormGrads g;
+  g.dx = empty(x.shape(), x.dtype());
+  dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = acc_t<T>;
+    const Tensor w = params_as<Acc>(weight);
+    const Acc* wp = w.defined() ? w.template data<Acc>() : nullptr;
+    const T* xp = x.data<T>();
+    const T* gp = dy.data<T>();
+    T* dxp = g.dx.data<T>();
+    const Acc* mean = mean_t.data<Acc>();
+    const Acc* invstd = invstd_t.data<Acc>();
+    Tensor dw_sum = zeros({L.C}, dtype_v<Acc>), db_sum = zeros({L.C}, dtype_v<Acc>);
+    Acc* dw = dw_sum.data<Acc>();
+    Acc* db = db_sum.data<Acc>();
+    parallel_items(L.C, x.numel() >= kParallelMin, [&](int64_t c) {
+      const Acc mu = mean[c], is = invstd[c];
+      auto idx = [&](int64_t n, int64_t i) { return (n * L.C + c) * L.inner + i; };
+      auto xhat = [&](int64_t n, int64_t i) { return (static_cast<Acc>(xp[idx(n, i)]) - mu) * is; };
+      // dbias = Σ dy, dweight = Σ dy·x̂ over the channel.
+      const Acc sum_dy = channel_sum<Acc>(L, [&](int64_t n, int64_t i) { return static_cast<Acc>(gp[idx(n, i)]); });
+      const Acc sum_dy_xhat = channel_sum<Acc>(
+          L, [&](int64_t n, int64_t i) { return static_cast<Acc>(gp[idx(n, i)]) * xhat(n, i); });
+      dw[c] = sum_dy_xhat;
+      db[c] = sum_dy;
+      const Acc scale = wp ? is * wp[c] : is;
+      // Batch statistics: dx = weight·invstd·(dy − mean(dy) − x̂·mean(dy·x̂)); running ones are constants:
+      // dx = weight·invstd·dy.
+      const Acc mdy = batch_stats && count > 0 ? sum_dy / static_cast<Acc>(count) : Acc(0);
+      const Acc mdyx = batch_stats && count > 0 ? sum_dy_xhat / static_cast<Acc>(count) : Acc(0);
+      for (int64_t n = 0; n < L.N; ++n)
+        for (int64_t i = 0; i < L.inner; ++i) {
+          const Acc d = static_cast<Acc>(gp[idx(n, i)]);
+          dxp[idx(n, i)] = convert<T>(batch_stats ? scale * (d - mdy - xhat(n, i) * mdyx) : scale * d);
+        }
+    });
+    if (want_w) g.dweight = raw::to(dw_sum, param_dtype);  // one rounding to the parameters' dtype
+    if (bias_defined) g.dbias = raw::to(db_sum, param_dtype);
+  });
   return g;
 }
 
