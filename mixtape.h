@@ -17,6 +17,9 @@
 #include <mixtape/core/half.h>
 #include <mixtape/core/random.h>
 #include <mixtape/core/shape.h>
+#include <mixtape/core/state_dict.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/runtime.h>
+#include <mixtape/nn/nn.h>
 #include <mixtape/ops/ops.h>
+#include <mixtape/optim/optim.h>

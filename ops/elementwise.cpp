@@ -6,6 +6,7 @@
 // Every backward computes in the dtype its forward ran in. Each forward checks
 // its arguments first (ops/check.h), in the words of the op the user called.
 #include <mixtape/autograd/function.h>
+#include <mixtape/core/raw.h>
 #include <mixtape/ops/check.h>
 #include <mixtape/ops/common.h>
 #include <mixtape/ops/ops.h>
@@ -320,6 +321,35 @@ struct Tanh {
 };
 MT_REGISTER_OP(Tanh);
 
+// ---- comparisons ------------------------------------------------------------------------
+// No gradient (the output is bool); listed so the precision table and the registry know them. Their functions
+// promote and broadcast like the arithmetic ops and call the kernel directly.
+
+#define MT_COMPARISON_OP(Type, name)                                  \
+  struct Type {                                                       \
+    static constexpr const char* kName = name;                        \
+    static constexpr Precision kPrecision = Precision::kPromote;      \
+  };                                                                  \
+  MT_REGISTER_OP(Type)
+MT_COMPARISON_OP(Eq, "eq");
+MT_COMPARISON_OP(Ne, "ne");
+MT_COMPARISON_OP(Lt, "lt");
+MT_COMPARISON_OP(Le, "le");
+MT_COMPARISON_OP(Gt, "gt");
+MT_COMPARISON_OP(Ge, "ge");
+#undef MT_COMPARISON_OP
+
+/// a <op> b elementwise as kBool, after promoting both to their common dtype and broadcasting.
+Tensor compare(const char* name, BinaryOp op, const Tensor& a, const Tensor& b) {
+  ops::check::defined(name, a, "a");
+  ops::check::defined(name, b, "b");
+  ops::check::same_device(name, a, "a", b, "b");
+  const DType common = promote_types(a.dtype(), b.dtype());
+  const Tensor a2 = a.dtype() == common ? a : raw::to(a, common), b2 = b.dtype() == common ? b : raw::to(b, common);
+  check_binary(name, a2, b2, /*integers=*/true);
+  return kernels::binary(op, a2, b2);
+}
+
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) { return autograd::apply<Add>(a, b); }
@@ -356,5 +386,12 @@ Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
 Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
 Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(const Tensor& a, double b) { return autograd::apply<DivScalar>(a, b); }
+
+Tensor eq(const Tensor& a, const Tensor& b) { return compare("eq", BinaryOp::kEq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare("ne", BinaryOp::kNe, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare("lt", BinaryOp::kLt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare("le", BinaryOp::kLe, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare("gt", BinaryOp::kGt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare("ge", BinaryOp::kGe, a, b); }
 
 }  // namespace mixtape

@@ -50,6 +50,14 @@ Tensor operator-(double a, const Tensor& b);
 Tensor operator*(const Tensor& a, double b);
 Tensor operator*(double a, const Tensor& b);
 Tensor operator/(const Tensor& a, double b);
+/// Comparisons (no gradient): a kBool tensor, after promoting a and b to their common dtype and broadcasting,
+/// like torch.eq/ne/lt/le/gt/ge. Accuracy: `mt::mean(mt::eq(mt::argmax(logits, 1), y).to(mt::kF32))`.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
 
 // ---- reductions (ops/reduce.cpp) --------------------------------------------------------
 /// Sum over every element (a 0-D tensor), or over `dims`.
@@ -91,6 +99,12 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 /// Normalises over the trailing `normalized_shape` dims; weight/bias may be undefined.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
+/// F.batch_norm: x (N, C), (N, C, L) or (N, C, H, W) normalised per channel. training (or undefined running
+/// statistics): the batch's mean and biased variance, and running_mean/running_var (C), when defined, updated in
+/// place: running = (1 − momentum)·running + momentum·batch, with the unbiased variance. Otherwise the running
+/// statistics. weight/bias (C) may be undefined. Statistics in f32 for f16/bf16 x; the output in x's dtype.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight = {},
+                  const Tensor& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5);
 
 // ---- matmul family (ops/matmul.cpp, ops/conv.cpp) ------------------------------------------
 /// torch.matmul: 2-D, batched (batch dims broadcast), 1-D promoted.

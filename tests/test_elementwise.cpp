@@ -601,6 +601,33 @@ BOOST_AUTO_TEST_CASE(misuse_gets_errors_naming_op_shapes_and_dtypes, MT_CPU_TEST
   expect_error([&] { mt::relu(Tensor()); }, {"relu:", "undefined"});
 }
 
+BOOST_AUTO_TEST_CASE(comparisons_promote_broadcast_and_return_bool, MT_CPU_TEST) {
+  // f32 (2, 3) against i64 (3): promoted to f32, broadcast over rows; a NaN compares unequal to everything.
+  const Tensor a = mt::from_vector<float>({1, 2, 3, 4, std::nanf(""), 6}, {2, 3});
+  const Tensor b = mt::from_vector<int64_t>({1, 5, 3}, {3});
+  struct Case {
+    const char* name;
+    Tensor (*f)(const Tensor&, const Tensor&);
+    std::vector<double> want;
+  };
+  const Case cases[] = {
+      {"eq", mt::eq, {1, 0, 1, 0, 0, 0}}, {"ne", mt::ne, {0, 1, 0, 1, 1, 1}}, {"lt", mt::lt, {0, 1, 0, 0, 0, 0}},
+      {"le", mt::le, {1, 1, 1, 0, 0, 0}}, {"gt", mt::gt, {0, 0, 0, 1, 0, 1}}, {"ge", mt::ge, {1, 0, 1, 1, 0, 1}},
+  };
+  for (const Case& c : cases) {
+    const Tensor r = c.f(a, b);
+    BOOST_TEST(r.dtype() == DType::kBool, c.name);
+    BOOST_TEST(!r.requires_grad(), c.name);
+    expect_values(r, c.want, kExact, c.name);
+  }
+  // No gradient flows, and the inputs may require grad (accuracy of logits).
+  const Tensor logits = mt::randn({4, 10}).requires_grad_();
+  const Tensor hits = mt::eq(mt::argmax(logits, 1), mt::argmax(logits, 1));
+  expect_values(hits, {1, 1, 1, 1}, kExact, "argmax == itself");
+  expect_error([&] { mt::eq(a, mt::zeros({4})); }, {"eq: shapes [2, 3] and [4]", "cannot be broadcast"});
+  expect_error([&] { mt::lt(a, Tensor()); }, {"lt:", "undefined"});
+}
+
 BOOST_AUTO_TEST_CASE(device_mismatch_names_both_devices, MT_GPU_TEST) {
   const Tensor cpu = mt::zeros({2, 3}), gpu = mt::zeros({2, 3}, mt::Device::cuda());
   expect_error([&] { mt::add(cpu, gpu); }, {"add: expected 'a' and 'b' on the same device", "cpu", "cuda:0", "[2, 3]"});

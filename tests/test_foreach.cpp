@@ -1,13 +1,18 @@
 // tests/test_foreach.cpp — the multi-tensor kernels (ops/cpu/foreach.cpp, cuda/foreach.cu): one pass over a list
-// of tensors, each updated in place, for the optimizers and the loss scaler. They are kernels, not ops (nothing
-// to differentiate), so there is no ops/foreach.cpp and no registry case.
+// of tensors, for the optimizers, the loss scaler and gradient clipping. They are kernels, not ops (nothing to
+// differentiate), so there is no ops/foreach.cpp and no registry case.
 //
 // non_finite_check_and_unscale_ on the CPU against a float64 reference of the kernel's arithmetic (exactly: one
 // product in opmath, one rounding), with the found-inf flag set by any non-finite element of any tensor of the
 // list and never reset, the targets' versions bumped, and the entry point's invariants; on CUDA, the same cases
-// bit for bit the CPU's.
+// bit for bit the CPU's. amp_update_scale_ against a state machine written out here from PyTorch's rules (not
+// from ops/backend/amp_math.h), bit for bit. foreach_norm against float64 norms of the same rounded inputs (the
+// f32 sum's error bound stated below), foreach_mul_ and foreach_clamp_ exactly (one operation in opmath, one
+// rounding); CUDA: the state machine and the in-place kernels bit for bit the CPU's, the norms within the bound.
 #include "family_test.h"
 
+#include <algorithm>
+#include <cfloat>
 #include <functional>
 
 namespace {
@@ -146,6 +151,297 @@ BOOST_AUTO_TEST_CASE(unscale_on_cuda_matches_the_cpu, MT_GPU_TEST) {
         expect_same_bits(gpu[i], cpu[i], describe(c.name, ": tensor ", i, " (", cpu[i].dtype(), " ", cpu[i].shape(), ")"));
     }
   }
+}
+
+
+// ---- amp_update_scale_ ------------------------------------------------------------------------------------
+
+namespace {
+
+/// PyTorch's _amp_update_scale_ written out from its documented rules (AmpKernels.cu), independently of
+/// ops/backend/amp_math.h: found_inf (any non-zero, NaN included) backs off and resets the tracker; otherwise the
+/// tracker counts successful steps and at growth_interval the scale grows (unless that overflows f32) and resets.
+struct ScaleReference {
+  float scale;
+  int32_t tracker;
+  void update(float found_inf, double growth, double backoff, int32_t interval) {
+    if (std::isnan(found_inf) || found_inf != 0.0f) {
+      scale = static_cast<float>(static_cast<double>(scale) * backoff);
+      tracker = 0;
+    } else if (tracker + 1 == interval) {
+      const float grown = static_cast<float>(static_cast<double>(scale) * growth);
+      if (std::isfinite(grown)) scale = grown;
+      tracker = 0;
+    } else {
+      ++tracker;
+    }
+  }
+};
+
+struct ScaleState {
+  Tensor scale, tracker, found_inf;
+  ScaleState(float s, int32_t t, mt::Device device = mt::Device::cpu())
+      : scale(mt::full({1}, s, mt::TensorOptions(DType::kF32).device(device))),
+        tracker(mt::full({1}, t, mt::TensorOptions(DType::kI32).device(device))),
+        found_inf(mt::zeros({1}, mt::TensorOptions(DType::kF32).device(device))) {}
+  float scale_value() const { return mt::raw::to(scale, mt::Device::cpu()).item<float>(); }
+  int32_t tracker_value() const { return mt::raw::to(tracker, mt::Device::cpu()).item<int32_t>(); }
+};
+
+/// A found-inf sequence: clean steps, single overflows, a NaN flag and a combined flag of 2 (two optimizers).
+std::vector<float> found_inf_sequence() {
+  std::vector<float> seq;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int i = 0; i < 40; ++i) seq.push_back(i % 7 == 3 ? 1.0f : i % 11 == 5 ? 2.0f : i == 29 ? nan : 0.0f);
+  return seq;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(amp_update_scale_follows_pytorchs_state_machine, MT_CPU_TEST) {
+  // Hand-written: interval 3, an overflow at step 3 (0-based), init 1024.
+  {
+    ScaleState st(1024.0f, 0);
+    const float found[] = {0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
+    const float want_scale[] = {1024, 1024, 2048, 1024, 1024, 1024, 2048, 2048, 2048, 4096};
+    const int32_t want_tracker[] = {1, 2, 0, 0, 1, 2, 0, 1, 2, 0};
+    for (int i = 0; i < 10; ++i) {
+      mt::raw::fill_(st.found_inf, found[i]);
+      const uint64_t version = st.scale.version();
+      kn::amp_update_scale_(st.scale, st.tracker, st.found_inf, 2.0, 0.5, 3);
+      BOOST_TEST(st.scale_value() == want_scale[i], "step " << i);
+      BOOST_TEST(st.tracker_value() == want_tracker[i], "step " << i);
+      BOOST_TEST(st.scale.version() == version + 1, "step " << i << ": the scale's version is bumped");
+    }
+  }
+  // Against the reference over a long sequence, for several intervals and factors (non-powers of two: the
+  // products are rounded from double to f32 once).
+  struct Config {
+    double growth, backoff;
+    int32_t interval;
+    float init;
+  };
+  for (const Config& c : {Config{2.0, 0.5, 1, 65536.0f}, Config{2.0, 0.5, 2, 3.0f}, Config{3.0, 0.3, 3, 1000.0f},
+                          Config{1.1, 0.9, 5, 7.5f}}) {
+    BOOST_TEST_CONTEXT("growth " << c.growth << ", backoff " << c.backoff << ", interval " << c.interval) {
+      ScaleState st(c.init, 0);
+      ScaleReference ref{c.init, 0};
+      int i = 0;
+      for (float found : found_inf_sequence()) {
+        mt::raw::fill_(st.found_inf, found);
+        kn::amp_update_scale_(st.scale, st.tracker, st.found_inf, c.growth, c.backoff, c.interval);
+        ref.update(found, c.growth, c.backoff, c.interval);
+        BOOST_TEST(st.scale_value() == ref.scale, "step " << i << " (found_inf " << found << ")");
+        BOOST_TEST(st.tracker_value() == ref.tracker, "step " << i);
+        ++i;
+      }
+    }
+  }
+  // The scale never grows to inf: at FLT_MAX / 1.5, x2 would overflow, so it stays (and the tracker resets).
+  ScaleState big(FLT_MAX / 1.5f, 0);
+  kn::amp_update_scale_(big.scale, big.tracker, big.found_inf, 2.0, 0.5, 1);
+  BOOST_TEST(big.scale_value() == FLT_MAX / 1.5f);
+  BOOST_TEST(big.tracker_value() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(amp_update_scale_invariants_are_checked_at_the_entry_point, MT_CPU_TEST) {
+  const Tensor scale = mt::full({1}, 2.0), tracker = mt::zeros({1}, DType::kI32), found = mt::zeros({1});
+  auto expect_invariant_error = [](const std::function<void()>& f, const std::string& what) {
+    BOOST_TEST_CONTEXT(what) {
+      expect_error(f, {"kernels::amp_update_scale_", "its invariant"});
+    }
+  };
+  expect_invariant_error([&] { kn::amp_update_scale_(mt::full({1}, 2.0, DType::kF64), tracker, found, 2, 0.5, 3); },
+                         "an f64 scale");
+  expect_invariant_error([&] { kn::amp_update_scale_(scale, mt::zeros({1}, DType::kI64), found, 2, 0.5, 3); },
+                         "an i64 tracker");
+  expect_invariant_error([&] { kn::amp_update_scale_(scale, tracker, mt::zeros({2}), 2, 0.5, 3); },
+                         "found_inf of 2 elements");
+  expect_invariant_error([&] { kn::amp_update_scale_(scale, tracker, found, 2, 0.5, 0); }, "growth_interval 0");
+}
+
+BOOST_AUTO_TEST_CASE(amp_update_scale_on_cuda_matches_the_cpu, MT_GPU_TEST) {
+  for (int32_t interval : {1, 3}) {
+    ScaleState cpu(1000.0f, 0), dev(1000.0f, 0, mt::Device::cuda());
+    int i = 0;
+    for (float found : found_inf_sequence()) {
+      mt::raw::fill_(cpu.found_inf, found);
+      mt::raw::fill_(dev.found_inf, found);
+      kn::amp_update_scale_(cpu.scale, cpu.tracker, cpu.found_inf, 3.0, 0.3, interval);
+      kn::amp_update_scale_(dev.scale, dev.tracker, dev.found_inf, 3.0, 0.3, interval);
+      BOOST_TEST(dev.scale_value() == cpu.scale_value(), "interval " << interval << ", step " << i);
+      BOOST_TEST(dev.tracker_value() == cpu.tracker_value(), "interval " << interval << ", step " << i);
+      ++i;
+    }
+  }
+}
+
+// ---- foreach_norm, foreach_mul_, foreach_clamp_ ----------------------------------------------------------------
+
+namespace {
+
+const double kOrders[] = {2.0, std::numeric_limits<double>::infinity(), 1.0, 3.0, 0.5};
+
+/// The ord-norm of the values in float64.
+double reference_norm(const std::vector<double>& v, double ord) {
+  double acc = 0;
+  for (double e : v) {
+    if (std::isinf(ord)) acc = std::isnan(e) || std::isnan(acc) ? std::numeric_limits<double>::quiet_NaN()
+                                                                 : std::max(acc, std::fabs(e));
+    else acc += std::pow(std::fabs(e), ord);
+  }
+  return std::isinf(ord) ? acc : std::pow(acc, 1.0 / ord);
+}
+
+/// The tolerance of a norm summed in opmath. f32: the kernels add at most 4096 terms in 8 interleaved
+/// accumulators before adding blocks (ops/cpu/foreach.cpp; CUDA's per-thread and tree sums are shorter), so for
+/// the <= 2145-element tensors here the relative error of the sum is below (2145/8 + 8)·2^-24 ≈ 1.7e-5, plus an
+/// ulp or two for pow/sqrt; the final root of order p multiplies it by 1/p. f64: the same count at 2^-53.
+Tolerance norm_tolerance(DType dt, double ord) {
+  const double amplify = std::isinf(ord) ? 1.0 : std::max(1.0, 1.0 / ord);
+  return dt == DType::kF64 ? Tolerance{1e-13 * amplify, 0.0} : Tolerance{2e-5 * amplify, 0.0};
+}
+
+/// Every tensor of `ts` holds its own values: the expected per-tensor norms, and the output's dtype.
+void check_norms(const std::vector<Tensor>& ts, double ord, const Tensor& got, const std::string& what) {
+  bool any_f64 = false;
+  for (const Tensor& t : ts) any_f64 |= t.dtype() == DType::kF64;
+  expect_shape(got, {static_cast<int64_t>(ts.size())}, any_f64 ? DType::kF64 : DType::kF32, what);
+  const std::vector<double> g = values(got);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const double want = reference_norm(values(ts[i]), ord);
+    const Tolerance tol = norm_tolerance(ts[i].dtype(), ord);
+    const bool ok = (std::isnan(want) && std::isnan(g[i])) || g[i] == want ||
+                    std::fabs(g[i] - want) <= tol.atol + tol.rtol * std::fabs(want);
+    BOOST_TEST(ok, what << ": tensor " << i << " (" << ts[i].dtype() << " " << ts[i].shape() << "): norm " << g[i]
+                        << ", float64 reference " << want);
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(foreach_norm_matches_f64_reference, MT_CPU_TEST) {
+  for (double ord : kOrders) {
+    BOOST_TEST_CONTEXT("ord " << ord) {
+      const std::vector<Tensor> mixed = mixed_list(60000);
+      check_norms(mixed, ord, kn::foreach_norm(mixed, ord), "a list of every dtype (f64 output)");
+      std::vector<Tensor> no_f64;
+      for (const Tensor& t : mixed)
+        if (t.dtype() != DType::kF64) no_f64.push_back(t);
+      check_norms(no_f64, ord, kn::foreach_norm(no_f64, ord), "f32/f16/bf16 (f32 output)");
+      // A long f32 tensor: the block sums' bound holds past one block.
+      const std::vector<Tensor> long_one = {input({3, 5000}, DType::kF32, -2, 2, 60500)};
+      check_norms(long_one, ord, kn::foreach_norm(long_one, ord), "15000 f32 elements");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(foreach_norm_sums_f16_in_f32, MT_CPU_TEST) {
+  // 1000 f16 values of 300: squares of 9e4 > 65504 would overflow an f16 sum; the f32 sum is exact.
+  const Tensor g = mt::full({1000}, 300.0, DType::kF16);
+  const Tensor norms = kn::foreach_norm(std::vector<Tensor>{g}, 2.0);
+  BOOST_TEST(norms.dtype() == DType::kF32);
+  BOOST_TEST(norms.item<float>() == static_cast<float>(std::sqrt(9e7)));
+}
+
+BOOST_AUTO_TEST_CASE(foreach_norm_propagates_inf_and_nan, MT_CPU_TEST) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (double ord : kOrders)
+    for (double bad : {inf, -inf, nan}) {
+      std::vector<Tensor> ts = mixed_list(61000);
+      poke(ts[5], bad);  // the 2-D tensor of the list's second dtype
+      const std::vector<double> got = values(kn::foreach_norm(ts, ord));
+      BOOST_TEST_CONTEXT("ord " << ord << ", " << bad << " in tensor 5") {
+        BOOST_TEST((std::isnan(bad) ? std::isnan(got[5]) : got[5] == inf), "norm " << got[5]);
+        BOOST_TEST(std::isfinite(got[0]), "the other tensors keep finite norms: " << got[0]);
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(foreach_mul_and_clamp_match_f64_reference, MT_CPU_TEST) {
+  // mul_: one product in opmath_t<T> with the factor converted to it, one rounding.
+  for (DType factor_dtype : {DType::kF32, DType::kF64}) {
+    const double f = factor_dtype == DType::kF32 ? static_cast<double>(1.0f / 3.0f) : 0.1;
+    const std::vector<Tensor> ts = mixed_list(62000);
+    std::vector<std::vector<double>> want;
+    for (const Tensor& t : ts) {
+      std::vector<double> v = values(t);
+      for (double& e : v)
+        e = t.dtype() == DType::kF64 ? e * f : round_to(t.dtype(), static_cast<float>(e) * static_cast<float>(f));
+      want.push_back(v);
+    }
+    kn::foreach_mul_(ts, mt::full({1}, f, factor_dtype));
+    for (size_t i = 0; i < ts.size(); ++i)
+      expect_values(ts[i], want[i], kExact, describe("foreach_mul_ by ", factor_dtype, " ", f, ": tensor ", i, " (",
+                                                     ts[i].dtype(), " ", ts[i].shape(), ")"));
+  }
+  // clamp_: the bounds converted to opmath_t<T>, one rounding; NaN stays NaN.
+  const double lo = -0.3, hi = 1.7;
+  std::vector<Tensor> ts = mixed_list(63000);
+  poke(ts[0], std::numeric_limits<double>::quiet_NaN());
+  std::vector<std::vector<double>> want;
+  for (const Tensor& t : ts) {
+    std::vector<double> v = values(t);
+    for (double& e : v) {
+      if (std::isnan(e)) continue;
+      e = t.dtype() == DType::kF64
+              ? std::min(std::max(e, lo), hi)
+              : round_to(t.dtype(), std::min(std::max(static_cast<float>(e), static_cast<float>(lo)),
+                                             static_cast<float>(hi)));
+    }
+    want.push_back(v);
+  }
+  kn::foreach_clamp_(ts, lo, hi);
+  for (size_t i = 0; i < ts.size(); ++i)
+    expect_values(ts[i], want[i], kExact, describe("foreach_clamp_: tensor ", i, " (", ts[i].dtype(), " ",
+                                                   ts[i].shape(), ")"));
+}
+
+BOOST_AUTO_TEST_CASE(foreach_norm_mul_clamp_invariants_are_checked_at_the_entry_point, MT_CPU_TEST) {
+  const std::vector<Tensor> ok = {mt::zeros({2, 3}), mt::zeros({4}, DType::kF16)};
+  const std::vector<Tensor> with_integers = {mt::zeros({2, 3}), mt::zeros({3}, DType::kI64)};
+  const std::vector<Tensor> with_expanded = {mt::zeros({2, 3}), mt::zeros({3}).expand({2, 3})};
+  expect_error([&] { kn::foreach_norm(std::vector<Tensor>{}, 2.0); }, {"kernels::foreach_norm", "no tensor"});
+  expect_error([&] { kn::foreach_norm(ok, 0.0); }, {"kernels::foreach_norm", "its invariant"});
+  expect_error([&] { kn::foreach_norm(ok, std::numeric_limits<double>::quiet_NaN()); },
+               {"kernels::foreach_norm", "its invariant"});
+  expect_error([&] { kn::foreach_norm(with_integers, 2.0); }, {"kernels::foreach_norm", "its invariant"});
+  expect_error([&] { kn::foreach_mul_(ok, mt::full({1}, 2.0, DType::kF16)); }, {"kernels::foreach_mul_", "invariant"});
+  expect_error([&] { kn::foreach_mul_(ok, mt::full({2}, 2.0)); }, {"kernels::foreach_mul_", "invariant"});
+  expect_error([&] { kn::foreach_mul_(with_expanded, mt::full({1}, 2.0)); }, {"kernels::foreach_mul_", "invariant"});
+  expect_error([&] { kn::foreach_clamp_(ok, 1.0, -1.0); }, {"kernels::foreach_clamp_", "invariant"});
+  expect_error([&] { kn::foreach_clamp_(with_integers, -1.0, 1.0); }, {"kernels::foreach_clamp_", "invariant"});
+}
+
+BOOST_AUTO_TEST_CASE(foreach_norm_mul_clamp_on_cuda_match_the_cpu, MT_GPU_TEST) {
+  for (double ord : kOrders) {
+    const std::vector<Tensor> cpu = mixed_list(64000);
+    std::vector<Tensor> dev;
+    for (const Tensor& t : cpu) dev.push_back(same_view_on_gpu(t));
+    const Tensor got = kn::foreach_norm(dev, ord);
+    BOOST_TEST(got.is_cuda());
+    check_norms(cpu, ord, mt::raw::to(got, mt::Device::cpu()), describe("cuda, ord ", ord));
+  }
+  {  // past one block of partial sums: 1<<22 elements
+    const std::vector<Tensor> big = {input({1 << 22}, DType::kF32, -1, 1, 64500)};
+    const Tensor got = kn::foreach_norm(std::vector<Tensor>{gpu(big[0])}, 2.0);
+    expect_close(got, kn::foreach_norm(big, 2.0), {1e-5, 0.0}, "the 2-norm of 4M f32 elements, cuda vs cpu");
+  }
+  for (DType factor_dtype : {DType::kF32, DType::kF64}) {
+    const std::vector<Tensor> cpu = mixed_list(65000);
+    std::vector<Tensor> dev;
+    for (const Tensor& t : cpu) dev.push_back(same_view_on_gpu(t));
+    kn::foreach_mul_(cpu, mt::full({1}, 0.1, factor_dtype));
+    kn::foreach_mul_(dev, gpu(mt::full({1}, 0.1, factor_dtype)));
+    for (size_t i = 0; i < cpu.size(); ++i) expect_same_bits(dev[i], cpu[i], describe("foreach_mul_: tensor ", i));
+  }
+  std::vector<Tensor> cpu = mixed_list(66000);
+  poke(cpu[1], std::numeric_limits<double>::quiet_NaN());
+  std::vector<Tensor> dev;
+  for (const Tensor& t : cpu) dev.push_back(same_view_on_gpu(t));
+  kn::foreach_clamp_(cpu, -0.3, 1.7);
+  kn::foreach_clamp_(dev, -0.3, 1.7);
+  for (size_t i = 0; i < cpu.size(); ++i) expect_same_bits(dev[i], cpu[i], describe("foreach_clamp_: tensor ", i));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -167,6 +167,86 @@ bool foreach_unscale_ok(std::span<const Tensor> tensors, const Tensor& found_inf
   return true;
 }
 
+/// Every tensor of the list defined, floating and owning its elements (a multi-tensor kernel writes each).
+bool foreach_writable(std::span<const Tensor> tensors) {
+  for (const Tensor& t : tensors)
+    if (!t.defined() || !is_floating(t.dtype()) || !writable(t)) return false;
+  return true;
+}
+
+bool is_f32_scalar(const Tensor& t) { return t.dtype() == DType::kF32 && t.numel() == 1; }
+
+/// The loss scaler's state: one f32 scale, one i32 tracker, one f32 flag; an interval an i32 tracker can reach.
+bool amp_update_scale_ok(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                         int64_t growth_interval) {
+  return is_f32_scalar(scale) && growth_tracker.dtype() == DType::kI32 && growth_tracker.numel() == 1 &&
+         is_f32_scalar(found_inf) && growth_interval >= 1 && growth_interval <= INT32_MAX;
+}
+
+/// A non-empty list of defined floating tensors (read only), and an order the kernel has a formula for.
+bool foreach_norm_ok(std::span<const Tensor> tensors, double ord) {
+  if (tensors.empty() || !(ord > 0)) return false;
+  for (const Tensor& t : tensors)
+    if (!t.defined() || !is_floating(t.dtype())) return false;
+  return true;
+}
+
+bool foreach_mul_ok(std::span<const Tensor> tensors, const Tensor& factor) {
+  return (factor.dtype() == DType::kF32 || factor.dtype() == DType::kF64) && factor.numel() == 1 &&
+         foreach_writable(tensors);
+}
+
+/// The lists of an optimizer step (sgd_step_, adam_step_): params and grads one per parameter, each state list one
+/// per parameter when `present`, else none, masters none or one per parameter, steps one per parameter; every
+/// entry defined and of its parameter's shape; params, state and masters writable; grads of the parameter's dtype;
+/// masters f32 for f16/bf16 parameters; state f32 when the parameter has a master or is bf16 under stochastic
+/// rounding (no masters then, no f16 parameter), else of the parameter's dtype.
+struct OptimState {
+  std::span<const Tensor> tensors;
+  bool present;  // one per parameter when true, none when false
+};
+
+bool optim_step_ok(std::span<const Tensor> params, std::span<const Tensor> grads,
+                   std::initializer_list<OptimState> state, std::span<const Tensor> masters,
+                   std::span<const OptimStep> steps, bool stochastic_rounding) {
+  const size_t n = params.size();
+  if (grads.size() != n || steps.size() != n || (!masters.empty() && masters.size() != n)) return false;
+  if (stochastic_rounding && !masters.empty()) return false;
+  for (const OptimState& s : state)
+    if (s.tensors.size() != (s.present ? n : 0)) return false;
+  auto shaped = [](const Tensor& t, const Tensor& p) { return t.defined() && t.shape() == p.shape(); };
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& p = params[i];
+    if (!p.defined() || !is_floating(p.dtype()) || !writable(p) || steps[i].step < 1) return false;
+    if (!shaped(grads[i], p) || grads[i].dtype() != p.dtype()) return false;
+    const bool master = !masters.empty();
+    if (master && (!is_reduced_float(p.dtype()) || !shaped(masters[i], p) || masters[i].dtype() != DType::kF32 ||
+                   !writable(masters[i])))
+      return false;
+    if (stochastic_rounding && p.dtype() == DType::kF16) return false;
+    const bool f32_state = master || (stochastic_rounding && p.dtype() == DType::kBF16);
+    const DType state_dtype = f32_state ? DType::kF32 : p.dtype();
+    for (const OptimState& s : state)
+      if (s.present && (!shaped(s.tensors[i], p) || s.tensors[i].dtype() != state_dtype || !writable(s.tensors[i])))
+        return false;
+  }
+  return true;
+}
+
+bool sgd_step_ok(std::span<const Tensor> params, std::span<const Tensor> grads,
+                 std::span<const Tensor> momentum_buffers, std::span<const Tensor> masters,
+                 std::span<const OptimStep> steps, const SgdHyper& hyper) {
+  return optim_step_ok(params, grads, {{momentum_buffers, hyper.momentum != 0}}, masters, steps,
+                       hyper.stochastic_rounding);
+}
+
+bool adam_step_ok(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> exp_avgs,
+                  std::span<const Tensor> exp_avg_sqs, std::span<const Tensor> max_exp_avg_sqs,
+                  std::span<const Tensor> masters, std::span<const OptimStep> steps, const AdamHyper& hyper) {
+  return optim_step_ok(params, grads, {{exp_avgs, true}, {exp_avg_sqs, true}, {max_exp_avg_sqs, hyper.amsgrad}},
+                       masters, steps, hyper.stochastic_rounding);
+}
+
 // ---- finding the device, describing the arguments -----------------------------------------------
 
 /// Folds the device of each tensor (and each Device argument) into `device`; `mixed` when two differ.

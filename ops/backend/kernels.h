@@ -93,6 +93,14 @@ struct LayerNormResult {
 struct LayerNormGrads {
   Tensor dx, dweight, dbias;  // dweight/dbias undefined when weight/bias are
 };
+struct BatchNormResult {
+  Tensor y;             // x's shape and dtype
+  Tensor mean, invstd;  // (C) in acc_dtype(x): the statistics y was normalised with
+  Tensor var;           // (C) in acc_dtype(x): the batch's biased variance; undefined with running statistics
+};
+struct BatchNormGrads {
+  Tensor dx, dweight, dbias;  // dweight/dbias undefined when weight/bias are
+};
 /// The fused cross-entropy forward: per-row loss and log-sum-exp, (rows) each in acc_dtype(logits), and the
 /// reductions of the loss, 0-d in the same dtype: sum = Σ loss, count = rows whose target is not ignore_index,
 /// mean = sum / count (NaN when no row counts, as PyTorch's).
@@ -182,6 +190,13 @@ struct MaxPoolResult {
 //       weight/bias (normalized_numel elements, any floating dtype) may be undefined.
 //   layer_norm_backward(dy, x, mean, rstd, weight, bias_defined)  dx (x's dtype), dweight (weight's dtype), dbias
 //       (weight's dtype, x's without a weight) when bias_defined.
+//   batch_norm(x, running_mean, running_var, weight, bias, eps)  x (N, C, *) normalised per channel over N and the
+//       trailing dims; running_mean/running_var (C) in acc_dtype(x), or both undefined: the batch's mean and
+//       biased variance (returned in .var too). Reads the running statistics, never writes them (the op updates
+//       them); weight/bias (C, any floating dtype) may be undefined.
+//   batch_norm_backward(dy, x, mean, invstd, weight, batch_stats, bias_defined)  dx (x's dtype; with batch_stats,
+//       through the batch's statistics too), dweight (weight's dtype) when weight is defined, dbias (weight's
+//       dtype, x's without a weight) when bias_defined.
 #define MT_KERNELS_NORM(X)                                                                                     \
   X(LayerNormResult, layer_norm,                                                                               \
     (const Tensor& x, int64_t normalized_numel, const Tensor& weight, const Tensor& bias, double eps),         \
@@ -192,7 +207,21 @@ struct MaxPoolResult {
      bool bias_defined),                                                                                       \
     (dy, x, mean, rstd, weight, bias_defined),                                                                 \
     is_floating(x.dtype()) && dy.dtype() == x.dtype() && mean.dtype() == acc_dtype(x.dtype()) &&               \
-    rstd.dtype() == acc_dtype(x.dtype()) && floating_or_undefined(weight))
+    rstd.dtype() == acc_dtype(x.dtype()) && floating_or_undefined(weight))                                     \
+  X(BatchNormResult, batch_norm,                                                                               \
+    (const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,              \
+     const Tensor& bias, double eps),                                                                          \
+    (x, running_mean, running_var, weight, bias, eps),                                                         \
+    is_floating(x.dtype()) && running_mean.defined() == running_var.defined() &&                               \
+    (!running_mean.defined() || (running_mean.dtype() == acc_dtype(x.dtype()) &&                               \
+                                 running_var.dtype() == acc_dtype(x.dtype()))) &&                              \
+    floating_or_undefined(weight) && floating_or_undefined(bias))                                              \
+  X(BatchNormGrads, batch_norm_backward,                                                                       \
+    (const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,         \
+     bool batch_stats, bool bias_defined),                                                                     \
+    (dy, x, mean, invstd, weight, batch_stats, bias_defined),                                                  \
+    is_floating(x.dtype()) && dy.dtype() == x.dtype() && mean.dtype() == acc_dtype(x.dtype()) &&               \
+    invstd.dtype() == acc_dtype(x.dtype()) && floating_or_undefined(weight))
 
 // Convolution columns (ops/cpu/conv.cpp, cuda/conv.cu). The window fits the padded input.
 //   im2col(x, w)                    x (N, C, H, W) -> columns (N, C·kH·kW, H_out·W_out); padding reads as 0.
@@ -242,14 +271,95 @@ struct MaxPoolResult {
     is_floating(src.dtype()))
 
 // Multi-tensor kernels (ops/cpu/foreach.cpp, cuda/foreach.cu): one pass over a list of tensors, for the
-// optimizers and the loss scaler. All on one device; each tensor is updated in place.
+// optimizers, the loss scaler and gradient clipping (optim/). All on one device; the lists may mix floating dtypes;
+// the in-place ones update each tensor in place. None reads a value back to the host: scalars that depend on data
+// (inv_scale, a clip coefficient, found_inf) are one-element tensors on the list's device. Scalar formulas:
+// ops/backend/amp_math.h.
 //   non_finite_check_and_unscale_(tensors, found_inf, inv_scale)  t *= inv_scale for every tensor, and found_inf
 //       (one f32 element) is set to 1 when any element (before scaling) is inf or NaN; left alone otherwise.
-//       inv_scale is one f32 element on the same device: nothing is read back to the host.
+//       inv_scale is one f32 element on the same device.
+//   amp_update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval)  the loss
+//       scale's state machine (PyTorch's _amp_update_scale_), overwriting scale (one f32) and growth_tracker (one
+//       i32): found_inf != 0: scale *= backoff_factor, tracker = 0; else tracker + 1 == growth_interval: scale *=
+//       growth_factor (kept when the product is not finite), tracker = 0; else tracker += 1.
+//   foreach_norm(tensors, ord)  a fresh (n) tensor of each tensor's ord-norm (ord > 0, or +inf: max |x|), summed in
+//       opmath (f32 for f16/bf16/f32, f64 for f64); its dtype is f64 when the list holds an f64 tensor, else f32.
+//       An empty tensor's norm is 0; a NaN element gives NaN, an inf one inf. The list is not empty.
+//   foreach_mul_(tensors, factor)  t *= factor, factor one f32 or f64 element on the list's device (in opmath_t<T>).
+//   foreach_clamp_(tensors, lo, hi)  t = min(max(t, lo), hi), lo <= hi (in opmath_t<T>); NaN stays NaN.
 #define MT_KERNELS_FOREACH(X)                                                                                  \
   X(void, non_finite_check_and_unscale_,                                                                       \
     (std::span<const Tensor> tensors, const Tensor& found_inf, const Tensor& inv_scale),                       \
-    (tensors, found_inf, inv_scale), foreach_unscale_ok(tensors, found_inf, inv_scale))
+    (tensors, found_inf, inv_scale), foreach_unscale_ok(tensors, found_inf, inv_scale))                        \
+  X(void, amp_update_scale_,                                                                                   \
+    (const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,         \
+     double backoff_factor, int64_t growth_interval),                                                          \
+    (scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval),                        \
+    amp_update_scale_ok(scale, growth_tracker, found_inf, growth_interval))                                    \
+  X(Tensor, foreach_norm, (std::span<const Tensor> tensors, double ord), (tensors, ord),                       \
+    foreach_norm_ok(tensors, ord))                                                                             \
+  X(void, foreach_mul_, (std::span<const Tensor> tensors, const Tensor& factor), (tensors, factor),            \
+    foreach_mul_ok(tensors, factor))                                                                           \
+  X(void, foreach_clamp_, (std::span<const Tensor> tensors, double lo, double hi), (tensors, lo, hi),          \
+    foreach_writable(tensors) && lo <= hi)
+
+// ---- what the optimizer kernels take ---------------------------------------------------------
+
+/// What an optimizer step kernel needs of each parameter of its lists besides its tensors.
+struct OptimStep {
+  int64_t step = 1;             // the parameter's update count including this one (>= 1): Adam's bias corrections
+  int64_t index = 0;            // the parameter's index in its optimizer: with step and the seed, the key of its
+                                // stochastic rounding, so the bits do not depend on how the lists are cut
+  bool first_momentum = false;  // SGD: its momentum buffer is new and takes the direction itself (PyTorch's first
+                                // step) instead of being decayed
+};
+
+/// torch.optim.SGD's options, for one sgd_step_ call.
+struct SgdHyper {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false, maximize = false;
+  bool stochastic_rounding = false;  // bf16 parameters without masters: the f32 result is rounded stochastically
+  uint64_t seed = 0;                 // of the stochastic rounding
+};
+
+/// torch.optim.Adam's and AdamW's options, for one adam_step_ call.
+struct AdamHyper {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool decoupled_weight_decay = false;  // AdamW: p *= 1 − lr·weight_decay before the update;
+                                        // Adam: g += weight_decay·p
+  bool amsgrad = false, maximize = false;
+  bool stochastic_rounding = false;  // as SgdHyper's
+  uint64_t seed = 0;
+};
+
+// Optimizer steps (ops/cpu/optim.cpp, cuda/optim.cu): one update of the parameters of a param group on one device,
+// torch.optim's single-tensor formulas (ops/backend/optim_math.h) in one pass that reads each element of the
+// gradient and the state once and writes the parameter and the state once. The lists are parallel: entry i of each
+// belongs to params[i] and has its shape, steps[i] is its OptimStep; grads have their parameter's dtype and are only
+// read. Where a parameter's value lives, and the dtype of its state (momentum_buffers, exp_avgs, ...):
+//   masters given (one per parameter: f32 for f16/bf16 parameters): the master is read and updated, and the
+//       parameter is overwritten with it rounded to nearest (its old value is not read); state f32.
+//   no masters, hyper.stochastic_rounding, a bf16 parameter: updated from its value in f32 and overwritten with the
+//       result rounded stochastically (optim_math.h: a hash of seed, step, index and the element's position);
+//       state f32.
+//   otherwise: the parameter is updated in its own dtype (opmath_t arithmetic, one rounding per store); state in the
+//       parameter's dtype.
+//   sgd_step_(params, grads, momentum_buffers, masters, steps, hyper)  momentum_buffers: one per parameter when
+//       hyper.momentum != 0, else none.
+//   adam_step_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper)  Adam, or AdamW with
+//       hyper.decoupled_weight_decay; max_exp_avg_sqs: one per parameter when hyper.amsgrad, else none.
+#define MT_KERNELS_OPTIM(X)                                                                                    \
+  X(void, sgd_step_,                                                                                           \
+    (std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_buffers,  \
+     std::span<const Tensor> masters, std::span<const OptimStep> steps, const SgdHyper& hyper),                \
+    (params, grads, momentum_buffers, masters, steps, hyper),                                                  \
+    sgd_step_ok(params, grads, momentum_buffers, masters, steps, hyper))                                       \
+  X(void, adam_step_,                                                                                          \
+    (std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> exp_avgs,          \
+     std::span<const Tensor> exp_avg_sqs, std::span<const Tensor> max_exp_avg_sqs,                             \
+     std::span<const Tensor> masters, std::span<const OptimStep> steps, const AdamHyper& hyper),               \
+    (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper),                            \
+    adam_step_ok(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper))
 
 /// Every kernel, in table order.
 #define MT_BACKEND_KERNELS(X)                                                                                  \
@@ -263,7 +373,8 @@ struct MaxPoolResult {
   MT_KERNELS_POOL(X)                                                                                           \
   MT_KERNELS_DROPOUT(X)                                                                                        \
   MT_KERNELS_INDEX(X)                                                                                          \
-  MT_KERNELS_FOREACH(X)
+  MT_KERNELS_FOREACH(X)                                                                                        \
+  MT_KERNELS_OPTIM(X)
 
 // ---- what is generated from the list -----------------------------------------------------------
 

@@ -1,0 +1,72 @@
+// optim/sgd.cpp — SGD (optim/sgd.h): its options, their checks, and step() as one sgd_step_ kernel call per
+// (device, dtype) of each group (ops/backend/kernels.h; the formula is ops/backend/optim_math.h's).
+#include <mixtape/optim/sgd.h>
+
+#include <cmath>
+
+#include <mixtape/ops/backend/kernels.h>
+
+namespace mixtape::optim {
+
+GroupOptions SGD::group_options(const SGDOptions& o) {
+  return {{"lr", o.lr},
+          {"momentum", o.momentum},
+          {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay},
+          {"nesterov", o.nesterov ? 1.0 : 0.0},
+          {"maximize", o.maximize ? 1.0 : 0.0}};
+}
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options, MasterWeights master)
+    : SGD(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options, master) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions defaults, MasterWeights master)
+    : Optimizer("SGD", std::move(groups), group_options(defaults), master) {
+  check_groups();
+}
+
+std::vector<Optimizer::StateBuffer> SGD::state_buffers() const { return {{"momentum_buffer", false}}; }
+
+void SGD::check_options(const GroupOptions& o, const std::string& where) const {
+  const double lr = o.get("lr"), momentum = o.get("momentum"), dampening = o.get("dampening"),
+               weight_decay = o.get("weight_decay"), nesterov = o.get("nesterov"), maximize = o.get("maximize");
+  MT_CHECK(lr >= 0, name(), ": ", where, ": invalid learning rate: ", lr, " (lr must be >= 0)");
+  MT_CHECK(momentum >= 0, name(), ": ", where, ": invalid momentum value: ", momentum, " (momentum must be >= 0)");
+  MT_CHECK(weight_decay >= 0, name(), ": ", where, ": invalid weight_decay value: ", weight_decay,
+           " (weight_decay must be >= 0)");
+  MT_CHECK(std::isfinite(dampening), name(), ": ", where, ": invalid dampening value: ", dampening);
+  MT_CHECK(nesterov == 0 || nesterov == 1, name(), ": ", where, ": nesterov is ", nesterov, ", expected 0 or 1");
+  MT_CHECK(maximize == 0 || maximize == 1, name(), ": ", where, ": maximize is ", maximize, ", expected 0 or 1");
+  MT_CHECK(nesterov == 0 || (momentum > 0 && dampening == 0), name(), ": ", where,
+           ": Nesterov momentum requires a momentum and zero dampening (momentum ", momentum, ", dampening ",
+           dampening, ")");
+}
+
+void SGD::step() {
+  const std::vector<std::vector<Bucket>> groups = gradient_buckets();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const GroupOptions& o = param_groups()[g].options;
+    const kernels::SgdHyper hyper{.lr = o.get("lr"),
+                                  .momentum = o.get("momentum"),
+                                  .dampening = o.get("dampening"),
+                                  .weight_decay = o.get("weight_decay"),
+                                  .nesterov = o.get("nesterov") != 0,
+                                  .maximize = o.get("maximize") != 0,
+                                  .stochastic_rounding = master_weights() == MasterWeights::kStochasticRounding,
+                                  .seed = rounding_seed()};
+    for (const Bucket& b : groups[g]) {
+      const bool master = has_master(b.params.front());
+      std::vector<Tensor> momentum_buffers, masters;
+      std::vector<kernels::OptimStep> steps;
+      for (size_t i : b.indices) {
+        kernels::OptimStep s{.step = begin_update(i), .index = static_cast<int64_t>(i)};
+        if (hyper.momentum != 0) momentum_buffers.push_back(state_buffer(i, "momentum_buffer", &s.first_momentum));
+        if (master) masters.push_back(state()[i].buffer("master"));
+        steps.push_back(s);
+      }
+      kernels::sgd_step_(b.params, b.grads, momentum_buffers, masters, steps, hyper);
+    }
+  }
+}
+
+}  // namespace mixtape::optim
