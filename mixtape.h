@@ -20,6 +20,7 @@
 #include <mixtape/core/state_dict.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/runtime.h>
+#include <mixtape/data/data.h>
 #include <mixtape/nn/nn.h>
 #include <mixtape/ops/ops.h>
 #include <mixtape/optim/optim.h>
