@@ -12,6 +12,11 @@ AutogradMeta& ensure_meta(const Tensor& t) {
   return *m;
 }
 
+/// The autograd methods' precondition: a defined tensor (an undefined one is an error naming the method).
+void check_defined(const Tensor& t, const char* method) {
+  MT_CHECK(t.defined(), "Tensor::", method, ": called on an undefined tensor");
+}
+
 void check_inplace_allowed(const Tensor& t, const char* op) {
   MT_CHECK(!(t.requires_grad() && autograd::grad_enabled()), op, ": a tensor that requires grad (shape ", t.shape(),
            ", ", t.dtype(), ") cannot be modified in place while grad mode is on; use NoGradGuard (as optimizers do) "
@@ -32,29 +37,42 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
 }
 
 const Tensor& Tensor::grad() const {
+  check_defined(*this, "grad");
   static const Tensor kUndefined;
   const AutogradMeta* m = impl()->autograd.get();
   return m ? m->grad : kUndefined;
 }
 
 void Tensor::set_grad(const Tensor& grad) {
-  MT_CHECK(!grad.defined() || grad.shape() == shape(), "set_grad: gradient of shape ", grad.shape(),
-           " for a tensor of shape ", shape());
+  check_defined(*this, "set_grad");
+  // A gradient has its tensor's shape, dtype and device (PyTorch: "assigned grad has data of a different type"):
+  // optimizers and accumulation rely on it.
+  if (grad.defined()) {
+    MT_CHECK(grad.shape() == shape(), "set_grad: gradient of shape ", grad.shape(), " for a tensor of shape ",
+             shape());
+    MT_CHECK(grad.dtype() == dtype(), "set_grad: gradient of dtype ", grad.dtype(), " for a tensor of dtype ",
+             dtype(), " (shape ", shape(), ")");
+    MT_CHECK(grad.device() == device(), "set_grad: gradient on ", grad.device(), " for a tensor on ", device(),
+             " (shape ", shape(), ")");
+  }
   ensure_meta(*this).grad = grad;
 }
 
 bool Tensor::is_leaf() const { return !autograd::detail::has_grad_fn(*this); }
 
 const char* Tensor::grad_fn_name() const {
+  check_defined(*this, "grad_fn_name");
   const AutogradMeta* m = impl()->autograd.get();
   return m && m->grad_fn ? m->grad_fn->name() : "";
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  check_defined(*this, "backward");
   autograd::backward({*this}, {gradient}, retain_graph);
 }
 
 Tensor Tensor::detach() const {
+  check_defined(*this, "detach");
   auto impl = std::make_shared<TensorImpl>(*this->impl());
   impl->autograd.reset();
   return Tensor(std::move(impl));

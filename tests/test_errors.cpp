@@ -97,6 +97,22 @@ BOOST_AUTO_TEST_CASE(bad_factories) {
 
 BOOST_AUTO_TEST_CASE(undefined_tensor) {
   expect_error([] { mt::Tensor().numel(); }, {"undefined tensor"});
+  // The autograd methods name themselves (they once dereferenced null).
+  expect_error([] { mt::Tensor().grad(); }, {"Tensor::grad: called on an undefined tensor"});
+  expect_error([] { mt::Tensor().detach(); }, {"Tensor::detach: called on an undefined tensor"});
+  expect_error([] { mt::Tensor().grad_fn_name(); }, {"Tensor::grad_fn_name: called on an undefined tensor"});
+  expect_error([] { mt::Tensor().set_grad(mt::zeros({2})); }, {"Tensor::set_grad: called on an undefined tensor"});
+  expect_error([] { mt::Tensor().backward(); }, {"Tensor::backward: called on an undefined tensor"});
+}
+
+BOOST_AUTO_TEST_CASE(set_grad_takes_the_tensors_shape_dtype_and_device) {
+  mt::Tensor w = mt::zeros({2, 3}).requires_grad_();
+  expect_error([&] { w.set_grad(mt::zeros({3, 2})); }, {"set_grad: gradient of shape [3, 2]", "shape [2, 3]"});
+  expect_error([&] { w.set_grad(mt::zeros({2, 3}, mt::kF16)); }, {"set_grad: gradient of dtype f16", "dtype f32"});
+  w.set_grad(mt::ones({2, 3}));
+  BOOST_TEST(w.grad().to_vector<float>() == std::vector<float>(6, 1.0f), boost::test_tools::per_element());
+  w.set_grad(mt::Tensor());  // an undefined gradient clears it
+  BOOST_TEST(!w.grad().defined());
 }
 
 BOOST_AUTO_TEST_CASE(as_strided_out_of_bounds) {

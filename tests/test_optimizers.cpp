@@ -458,11 +458,9 @@ BOOST_AUTO_TEST_CASE(bad_parameters_and_options_are_errors, MT_CPU_TEST) {
   BOOST_TEST(sgd.name() == "SGD");
   expect_error([&] { sgd.param_groups()[0].options.get("beta1"); }, {"no option 'beta1'", "lr, momentum"});
 
-  w.set_grad(mt::zeros({2, 3}, DType::kF64));
-  const Tensor w_before = mt::raw::clone(w.detach());
-  expect_error([&] { sgd.step(); }, {"SGD.step", "parameter 0", "f32", "gradient is f64"});
-  expect_same_bits(w.detach(), w_before, "nothing updated by the failed step");
-  w.set_grad(Tensor());
+  // A gradient of another dtype cannot be set (Tensor::set_grad refuses it); step() checks again for gradients
+  // that reach a parameter some other way.
+  expect_error([&] { w.set_grad(mt::zeros({2, 3}, DType::kF64)); }, {"set_grad", "dtype f64", "dtype f32"});
 }
 
 // ---- master weights: the updates f16 loses ---------------------------------------------------------
@@ -580,11 +578,10 @@ BOOST_AUTO_TEST_CASE(steps_on_cuda_match_the_cpu, MT_GPU_TEST) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_gradient_on_another_device_is_an_error, MT_GPU_TEST) {
+BOOST_AUTO_TEST_CASE(a_gradient_on_another_device_cannot_be_set, MT_GPU_TEST) {
+  // "A parameter on two devices": Tensor::set_grad refuses it, and step() would name it too.
   Tensor w = leaf(mt::test::gpu(mt::ones({2, 3})));
-  opt::AdamW adamw({w});
-  w.set_grad(mt::ones({2, 3}));
-  expect_error([&] { adamw.step(); }, {"AdamW.step", "parameter 0", "cuda", "gradient is on cpu", "two devices"});
+  expect_error([&] { w.set_grad(mt::ones({2, 3})); }, {"set_grad: gradient on cpu", "for a tensor on cuda:0"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()
