@@ -50,7 +50,7 @@ Edge edge_to(const Tensor& t) {
   const std::shared_ptr<AutogradMeta>& m = t.impl()->autograd;
   if (!m || !m->requires_grad) return {};
   if (m->grad_fn) return {m->grad_fn, nullptr};
-  return {nullptr, m};
+  return {nullptr, m, t.dtype()};
 }
 
 void record(const std::shared_ptr<Node>& node, Tensor& out) {
@@ -285,7 +285,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
         Tensor gi = grads[i].dtype() == e.node->dtype ? grads[i] : grads[i].to(e.node->dtype);
         accumulate(pending[e.node.get()], std::move(gi));
       } else {
-        deliver_to_leaf(e.leaf, grads[i], grads[i].dtype());
+        deliver_to_leaf(e.leaf, grads[i], e.leaf_dtype);  // in the leaf's dtype, whatever the backward computed in
       }
     }
   }

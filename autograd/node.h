@@ -31,6 +31,7 @@ namespace autograd {
 struct Edge {
   std::shared_ptr<Node> node;
   std::shared_ptr<AutogradMeta> leaf;
+  DType leaf_dtype = DType::kF32;  // a leaf's dtype when recorded: its gradient arrives in it
   bool valid() const { return node != nullptr || leaf != nullptr; }
 };
 

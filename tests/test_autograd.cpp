@@ -219,4 +219,18 @@ BOOST_AUTO_TEST_CASE(a_cast_gradient_arrives_in_the_source_dtype) {
   BOOST_TEST(values(w.grad()) == std::vector<double>(4, 2.0), per_element());
 }
 
+BOOST_AUTO_TEST_CASE(a_gradient_arrives_in_its_leafs_dtype) {
+  // layer_norm with an f16 weight and an f32 bias computes its parameter gradients together; each must reach its
+  // leaf in that leaf's dtype (the bias's once arrived in f16, the weight's dtype).
+  mt::manual_seed(3);
+  mt::Tensor x = mt::randn({2, 4}).requires_grad_();
+  mt::Tensor w = mt::randn({4}).to(mt::kF16).requires_grad_();
+  mt::Tensor b = mt::randn({4}).requires_grad_();
+  mt::sum(mt::layer_norm(x, {4}, w, b)).backward();
+  BOOST_TEST(x.grad().dtype() == mt::kF32);
+  BOOST_TEST(w.grad().dtype() == mt::kF16);
+  BOOST_TEST(b.grad().dtype() == mt::kF32);
+  BOOST_TEST(b.grad().to_vector<float>() == std::vector<float>(4, 2.0f), boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
