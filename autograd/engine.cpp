@@ -324,6 +324,22 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 }  // namespace autograd
 
 Node::Node() { ++autograd::g_live_nodes; }
-Node::~Node() { --autograd::g_live_nodes; }
+Node::~Node() {
+  --autograd::g_live_nodes;
+  // A node owns the nodes before it through its edges, so dropping the last tensor of a chain of 10^6 ops would
+  // destroy them recursively, one stack frame each. Instead the nodes only this one owns are moved onto a local
+  // stack, and each is emptied of its own sole-owned predecessors before it dies: no destructor recurses.
+  std::vector<std::shared_ptr<Node>> orphans;
+  auto adopt = [&orphans](Node& n) {
+    for (autograd::Edge& e : n.next_edges)
+      if (e.node && e.node.use_count() == 1) orphans.push_back(std::move(e.node));
+  };
+  adopt(*this);
+  while (!orphans.empty()) {
+    std::shared_ptr<Node> n = std::move(orphans.back());
+    orphans.pop_back();
+    adopt(*n);
+  }  // n dies here, its sole-owned edges already taken
+}
 
 }  // namespace mixtape

@@ -2,6 +2,8 @@
 // walks, what it frees, and the errors of misuse.
 #include <boost/test/unit_test.hpp>
 
+#include <pthread.h>
+
 #include <cmath>
 
 #include <mixtape/mixtape.h>
@@ -231,6 +233,47 @@ BOOST_AUTO_TEST_CASE(a_gradient_arrives_in_its_leafs_dtype) {
   BOOST_TEST(w.grad().dtype() == mt::kF16);
   BOOST_TEST(b.grad().dtype() == mt::kF32);
   BOOST_TEST(b.grad().to_vector<float>() == std::vector<float>(4, 2.0f), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_chain_of_a_million_ops_runs_and_dies_on_a_small_stack) {
+  // Backward through, and destruction of, a graph of 10^6 nodes on a thread with a 1 MiB stack: neither may
+  // recurse per node (a recursive destructor overflowed such a stack at ~10^4 nodes).
+  constexpr int kOps = 1'000'000;
+  struct Result {
+    double grad = 0;
+    int64_t live_after = -1;
+    std::string error;
+  } result;
+  auto body = [](void* arg) -> void* {
+    auto* r = static_cast<Result*>(arg);
+    try {
+      mt::Tensor x = mt::ones({1}).requires_grad_();
+      {
+        mt::Tensor y = x;
+        for (int i = 0; i < kOps; ++i) y = y * 1.0;
+        y.backward();
+      }  // the graph dies here (backward freed the saved tensors, not the nodes)
+      {
+        mt::Tensor y = x;
+        for (int i = 0; i < kOps; ++i) y = y + 0.0;
+      }  // never backpropagated: the whole chain dies with y
+      r->grad = x.grad().item<float>();
+      r->live_after = mt::autograd::tape_size();
+    } catch (const std::exception& e) {
+      r->error = e.what();
+    }
+    return nullptr;
+  };
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 1 << 20);
+  pthread_t thread;
+  BOOST_TEST_REQUIRE(pthread_create(&thread, &attr, body, &result) == 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+  BOOST_TEST(result.error.empty(), result.error);
+  BOOST_TEST(result.grad == 1.0);
+  BOOST_TEST(result.live_after == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
