@@ -1079,23 +1079,13 @@ __global__ void __launch_bounds__(kBnBlock)
   }
 }
 
-/// x's shape as (N, C, inner).
-struct BnLayout {
-  int64_t N, C, inner;
-};
-BnLayout bn_layout(const Shape& shape) {
-  BnLayout L{shape[0], shape[1], 1};
-  for (int64_t d = 2; d < shape.size(); ++d) L.inner *= shape[d];
-  return L;
-}
-
 }  // namespace
 
 BatchNormResult batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var,
                            const Tensor& weight, const Tensor& bias, double eps) {
   const Tensor x = raw::contiguous(x_in);
-  const BnLayout L = bn_layout(x.shape());
-  const int64_t count = L.N * L.inner;
+  const RowLayout L = row_layout(x.shape(), 1);  // (N, C, inner)
+  const int64_t count = L.outer * L.inner;
   const bool batch_stats = !running_mean.defined();
   BatchNormResult r;
   r.y = empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
@@ -1124,8 +1114,8 @@ BatchNormGrads batch_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
                                    bool bias_defined) {
   const Tensor dy = raw::contiguous(dy_in), x = raw::contiguous(x_in);
   const Tensor mean_t = raw::contiguous(mean_in), invstd_t = raw::contiguous(invstd_in);
-  const BnLayout L = bn_layout(x.shape());
-  const int64_t count = L.N * L.inner;
+  const RowLayout L = row_layout(x.shape(), 1);  // (N, C, inner)
+  const int64_t count = L.outer * L.inner;
   const Device device = x.device();
   const bool want_w = weight.defined();
   const DType param_dtype = want_w ? weight.dtype() : x.dtype();

@@ -29,23 +29,15 @@ Tensor params_as(const Tensor& t) {
   return t.defined() ? raw::contiguous(raw::to(t, dtype_v<Acc>)) : Tensor();
 }
 
-/// x viewed as (N, C, inner): channel c's elements are planes n·C + c of `inner` contiguous elements.
-struct ChannelLayout {
-  int64_t N = 0, C = 0, inner = 1;
-};
-ChannelLayout channel_layout(const Shape& shape) {
-  ChannelLayout L{shape[0], shape[1], 1};
-  for (int64_t d = 2; d < shape.size(); ++d) L.inner *= shape[d];
-  return L;
-}
-
+/// Batch norm sees x as row_layout(shape, 1) = (N = L.outer, C, inner): channel c's elements are the planes
+/// n·C + c of `inner` contiguous elements.
 /// Σ f(n, i) over channel c's N planes of `inner` elements, in Acc: interleaved accumulators along a plane, the
 /// planes in order (along N when a plane is one element, the (N, C) case).
 template <class Acc, class F>
-Acc channel_sum(const ChannelLayout& L, F&& f) {
-  if (L.inner == 1) return interleaved_sum<Acc>(L.N, [&](int64_t n) { return f(n, int64_t{0}); });
+Acc channel_sum(const RowLayout& L, F&& f) {
+  if (L.inner == 1) return interleaved_sum<Acc>(L.outer, [&](int64_t n) { return f(n, int64_t{0}); });
   Acc s = 0;
-  for (int64_t n = 0; n < L.N; ++n) s += interleaved_sum<Acc>(L.inner, [&](int64_t i) { return f(n, i); });
+  for (int64_t n = 0; n < L.outer; ++n) s += interleaved_sum<Acc>(L.inner, [&](int64_t i) { return f(n, i); });
   return s;
 }
 
@@ -171,8 +163,8 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
 BatchNormResult batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var,
                            const Tensor& weight, const Tensor& bias, double eps) {
   const Tensor x = raw::contiguous(x_in);
-  const ChannelLayout L = channel_layout(x.shape());
-  const int64_t count = L.N * L.inner;  // elements a channel
+  const RowLayout L = row_layout(x.shape(), 1);  // (N, C, inner)
+  const int64_t count = L.outer * L.inner;  // elements a channel
   const bool batch_stats = !running_mean.defined();
   BatchNormResult r;
   r.y = empty(x.shape(), x.dtype());
@@ -215,7 +207,7 @@ BatchNormResult batch_norm(const Tensor& x_in, const Tensor& running_mean, const
       invstd[c] = is;
       // y = (x − mean)·(invstd·weight) + bias, one rounding on the store.
       const Acc scale = wp ? is * wp[c] : is, shift = bp ? bp[c] : Acc(0);
-      for (int64_t n = 0; n < L.N; ++n) {
+      for (int64_t n = 0; n < L.outer; ++n) {
         const T* xr = xp + (n * L.C + c) * L.inner;
         T* yr = yp + (n * L.C + c) * L.inner;
         for (int64_t i = 0; i < L.inner; ++i) yr[i] = convert<T>((static_cast<Acc>(xr[i]) - mu) * scale + shift);
@@ -230,8 +222,8 @@ BatchNormGrads batch_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
                                    bool bias_defined) {
   const Tensor dy = raw::contiguous(dy_in), x = raw::contiguous(x_in);
   const Tensor mean_t = raw::contiguous(mean_in), invstd_t = raw::contiguous(invstd_in);
-  const ChannelLayout L = channel_layout(x.shape());
-  const int64_t count = L.N * L.inner;
+  const RowLayout L = row_layout(x.shape(), 1);  // (N, C, inner)
+  const int64_t count = L.outer * L.inner;
   const bool want_w = weight.defined();
   const DType param_dtype = want_w ? weight.dtype() : x.dtype();
   BatchNormGrads g;
@@ -264,7 +256,7 @@ BatchNormGrads batch_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
       // dx = weight·invstd·dy.
       const Acc mdy = batch_stats && count > 0 ? sum_dy / static_cast<Acc>(count) : Acc(0);
       const Acc mdyx = batch_stats && count > 0 ? sum_dy_xhat / static_cast<Acc>(count) : Acc(0);
-      for (int64_t n = 0; n < L.N; ++n)
+      for (int64_t n = 0; n < L.outer; ++n)
         for (int64_t i = 0; i < L.inner; ++i) {
           const Acc d = static_cast<Acc>(gp[idx(n, i)]);
           dxp[idx(n, i)] = convert<T>(batch_stats ? scale * (d - mdy - xhat(n, i) * mdyx) : scale * d);
