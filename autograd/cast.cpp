@@ -44,14 +44,19 @@ Tensor cast(const Tensor& x, DType dtype) {
   return autograd::apply<Cast>(x, dtype);
 }
 
-Tensor Tensor::to(DType dtype) const { return cast(*this, dtype); }
+Tensor Tensor::to(DType dtype) const {
+  checked();
+  return cast(*this, dtype);
+}
 
 Tensor Tensor::to(Device device) const {
+  checked();
   if (device == this->device()) return *this;
   return autograd::apply<ToDevice>(*this, device);
 }
 
 Tensor Tensor::to(Device device, DType dtype) const {
+  checked();
   // Convert where the data is smaller: narrow before moving, widen after.
   if (mixtape::itemsize(dtype) <= itemsize()) return to(dtype).to(device);
   return to(device).to(dtype);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <mutex>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -180,6 +181,7 @@ struct Capture {
 /// A leaf's .grad() is its own: the first gradient is copied into it, later ones are added in place (as PyTorch's
 /// AccumulateGrad does: a handle taken on .grad() before a second backward sees the sum).
 void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
+  std::lock_guard lock(leaf.grad_mutex);  // another thread's backward may reach this leaf too
   if (leaf.grad.defined()) {
     MT_CHECK(g.shape() == leaf.grad.shape(), "backward: gradient of shape ", g.shape(),
              " does not match the leaf's gradient of shape ", leaf.grad.shape());

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include <mixtape/core/tensor.h>
@@ -22,6 +23,10 @@ struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;                      // accumulated gradient of a leaf, in the leaf's dtype
   std::shared_ptr<Node> grad_fn;    // the node that produced this tensor; null for leaves
+  // Backward passes on several threads may reach the same leaf: each one's addition into `grad` (and set_grad)
+  // holds this lock, so none is lost. Reading grad() while another thread's backward writes it is a race, as in
+  // PyTorch: join the threads first.
+  std::mutex grad_mutex;
 };
 
 namespace autograd {

@@ -12,11 +12,6 @@ AutogradMeta& ensure_meta(const Tensor& t) {
   return *m;
 }
 
-/// The autograd methods' precondition: a defined tensor (an undefined one is an error naming the method).
-void check_defined(const Tensor& t, const char* method) {
-  MT_CHECK(t.defined(), "Tensor::", method, ": called on an undefined tensor");
-}
-
 void check_inplace_allowed(const Tensor& t, const char* op) {
   MT_CHECK(!(t.requires_grad() && autograd::grad_enabled()), op, ": a tensor that requires grad (shape ", t.shape(),
            ", ", t.dtype(), ") cannot be modified in place while grad mode is on; use NoGradGuard (as optimizers do) "
@@ -25,9 +20,13 @@ void check_inplace_allowed(const Tensor& t, const char* op) {
 
 }  // namespace
 
-bool Tensor::requires_grad() const { return autograd::detail::requires_grad(*this); }
+bool Tensor::requires_grad() const {
+  checked();
+  return autograd::detail::requires_grad(*this);
+}
 
 Tensor& Tensor::requires_grad_(bool requires_grad) {
+  checked();
   MT_CHECK(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad; this one was produced by ",
            grad_fn_name(), " (use detach() for a leaf copy)");
   MT_CHECK(!requires_grad || is_floating(dtype()), "requires_grad_: only floating tensors can require grad, got ",
@@ -37,14 +36,14 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
 }
 
 const Tensor& Tensor::grad() const {
-  check_defined(*this, "grad");
+  checked();
   static const Tensor kUndefined;
   const AutogradMeta* m = impl()->autograd.get();
   return m ? m->grad : kUndefined;
 }
 
 void Tensor::set_grad(const Tensor& grad) {
-  check_defined(*this, "set_grad");
+  checked();
   // A gradient has its tensor's shape, dtype and device (PyTorch: "assigned grad has data of a different type"):
   // optimizers and accumulation rely on it.
   if (grad.defined()) {
@@ -55,36 +54,43 @@ void Tensor::set_grad(const Tensor& grad) {
     MT_CHECK(grad.device() == device(), "set_grad: gradient on ", grad.device(), " for a tensor on ", device(),
              " (shape ", shape(), ")");
   }
-  ensure_meta(*this).grad = grad;
+  AutogradMeta& meta = ensure_meta(*this);
+  std::lock_guard lock(meta.grad_mutex);
+  meta.grad = grad;
 }
 
-bool Tensor::is_leaf() const { return !autograd::detail::has_grad_fn(*this); }
+bool Tensor::is_leaf() const {
+  checked();
+  return !autograd::detail::has_grad_fn(*this);
+}
 
 const char* Tensor::grad_fn_name() const {
-  check_defined(*this, "grad_fn_name");
+  checked();
   const AutogradMeta* m = impl()->autograd.get();
   return m && m->grad_fn ? m->grad_fn->name() : "";
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  check_defined(*this, "backward");
+  checked();
   autograd::backward({*this}, {gradient}, retain_graph);
 }
 
 Tensor Tensor::detach() const {
-  check_defined(*this, "detach");
+  checked();
   auto impl = std::make_shared<TensorImpl>(*this->impl());
   impl->autograd.reset();
   return Tensor(std::move(impl));
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
+  checked();
   check_inplace_allowed(*this, "copy_");
   raw::copy_(*this, src);
   return *this;
 }
 
 Tensor& Tensor::fill_(double value) {
+  checked();
   check_inplace_allowed(*this, "fill_");
   raw::fill_(*this, value);
   return *this;

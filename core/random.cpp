@@ -5,6 +5,7 @@
 #include <mixtape/core/random.h>
 
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 
 #include <mixtape/core/raw.h>
@@ -32,17 +33,17 @@ int mantissa_digits(DType t) {
   }
 }
 
-/// Fills a CPU f64 tensor of `shape` with f(i, words) for each element, then converts.
-template <class F>
+/// Fills a CPU tensor of `shape` in `Host` (f64 for floating draws, i64 for integers: both exact for what they
+/// hold) with f(words) for each element, then converts to the options' dtype and device.
+template <class Host = double, class F>
 Tensor draw(const Shape& shape, TensorOptions options, Generator* gen, const char* op, F&& f) {
-  for (int64_t i = 0; i < shape.size(); ++i)
-    MT_CHECK(shape[i] >= 0, op, ": negative size ", shape[i], " at dim ", i, " (shape ", shape, ")");
+  const int64_t n = checked_numel(shape, op);
+  MT_CHECK(n <= (int64_t{1} << 62) / 8, op, ": shape ", shape, " is too large to draw");  // the f64/i64 host copy
   Generator& g = gen ? *gen : default_generator();
-  const int64_t n = shape.numel();
   const uint64_t key = g.seed();
   const uint64_t first = g.advance(static_cast<uint64_t>(n));
-  Tensor host = empty(shape, TensorOptions(DType::kF64));
-  double* out = host.data<double>();
+  Tensor host = empty(shape, TensorOptions(dtype_v<Host>));
+  Host* out = host.data<Host>();
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
     uint32_t words[4];
@@ -83,11 +84,26 @@ Tensor randn(const Shape& shape, TensorOptions options, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options, Generator* gen) {
   MT_CHECK(low < high, "randint: empty range [", low, ", ", high, ")");
-  const auto range = static_cast<unsigned __int128>(static_cast<uint64_t>(high - low));
-  return draw(shape, options, gen, "randint", [=](const uint32_t* w) {
-    uint64_t r = static_cast<uint64_t>(w[0]) << 32 | w[1];
-    auto v = static_cast<int64_t>((static_cast<unsigned __int128>(r) * range) >> 64);
-    return static_cast<double>(low + v);
+  // Every value of [low, high) must be exact in the dtype asked for.
+  const DType dt = options.dtype();
+  auto fits = [&](int64_t lo, int64_t hi) { return low >= lo && high - 1 <= hi; };
+  if (is_floating(dt)) {
+    const int64_t exact = int64_t{1} << mantissa_digits(dt);  // every integer up to 2^digits is exact
+    MT_CHECK(fits(-exact, exact), "randint: the range [", low, ", ", high, ") holds integers ", dt,
+             " cannot represent exactly (|value| <= ", exact, ")");
+  } else if (dt == DType::kI32) {
+    MT_CHECK(fits(INT32_MIN, INT32_MAX), "randint: the range [", low, ", ", high, ") does not fit i32");
+  } else if (dt == DType::kU8) {
+    MT_CHECK(fits(0, 255), "randint: the range [", low, ", ", high, ") does not fit u8");
+  } else if (dt == DType::kBool) {
+    MT_CHECK(fits(0, 1), "randint: the range [", low, ", ", high, ") does not fit bool");
+  }
+  // high - low may exceed INT64_MAX (the full range is 2^64 - 1 values wide): unsigned arithmetic, modulo 2^64.
+  const auto range = static_cast<unsigned __int128>(static_cast<uint64_t>(high) - static_cast<uint64_t>(low));
+  return draw<int64_t>(shape, options, gen, "randint", [=](const uint32_t* w) {
+    const uint64_t r = static_cast<uint64_t>(w[0]) << 32 | w[1];
+    const auto v = static_cast<uint64_t>((static_cast<unsigned __int128>(r) * range) >> 64);  // in [0, range)
+    return static_cast<int64_t>(static_cast<uint64_t>(low) + v);
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <mutex>
 
 #include <mixtape/core/macros.h>
 #include <mixtape/core/tensor.h>
@@ -41,19 +42,44 @@ MT_HD inline double uniform_double(uint32_t hi, uint32_t lo) {
   return static_cast<double>(v & ((uint64_t{1} << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
 
-/// The state of a stream of random numbers: a seed and how far it has been read.
+/// Where a stream of random numbers stands: its seed and how many counters it has handed out.
+struct GeneratorState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  bool operator==(const GeneratorState&) const = default;
+};
+
+/// The state of a stream of random numbers: a seed and how far it has been read. Safe to share between threads:
+/// each advance() reserves its own counters (no two draws get the same ones, none are skipped).
 class Generator {
  public:
-  explicit Generator(uint64_t seed = 0x6d69787461706521ull) : m_seed(seed) {}
-  void manual_seed(uint64_t seed) { m_seed = seed; m_offset = 0; }
-  uint64_t seed() const { return m_seed; }
+  explicit Generator(uint64_t seed = 0x6d69787461706521ull) : m_state{seed, 0} {}
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  void manual_seed(uint64_t seed) { set_state({seed, 0}); }
+  uint64_t seed() const { return state().seed; }
+  uint64_t offset() const { return state().offset; }
   /// Reserves `n` counters and returns the first; a draw of n values uses counters [first, first + n).
-  uint64_t advance(uint64_t n) { uint64_t first = m_offset; m_offset += n; return first; }
-  uint64_t offset() const { return m_offset; }
+  uint64_t advance(uint64_t n) {
+    std::lock_guard lock(m_mutex);
+    const uint64_t first = m_state.offset;
+    m_state.offset += n;
+    return first;
+  }
+  /// The seed and offset together (a checkpoint saves them; set_state puts the stream back where it was).
+  GeneratorState state() const {
+    std::lock_guard lock(m_mutex);
+    return m_state;
+  }
+  void set_state(GeneratorState state) {
+    std::lock_guard lock(m_mutex);
+    m_state = state;
+  }
 
  private:
-  uint64_t m_seed;
-  uint64_t m_offset = 0;
+  mutable std::mutex m_mutex;
+  GeneratorState m_state;
 };
 
 /// The process-wide default generator (the one `rand`, `randn`, dropout and initializers use).

@@ -94,6 +94,18 @@ class Shape {
   int m_size = 0;
 };
 
+/// The number of elements of `shape`, checked: a negative size or a product beyond int64 is an error naming `op`
+/// and the shape (Shape::numel() trusts a shape that already backs a tensor).
+inline int64_t checked_numel(const Shape& shape, const char* op) {
+  int64_t n = 1;
+  for (int64_t i = 0; i < shape.size(); ++i) {
+    MT_CHECK(shape[i] >= 0, op, ": negative size ", shape[i], " at dim ", i, " (shape ", shape, ")");
+    MT_CHECK(!__builtin_mul_overflow(n, shape[i], &n), op, ": shape ", shape,
+             " has more elements than a 64-bit count holds");
+  }
+  return n;
+}
+
 /// Row-major (C-contiguous) strides for `shape`, in elements.
 inline Shape contiguous_strides(const Shape& shape) {
   Shape strides = Shape::filled(shape.size(), 1);

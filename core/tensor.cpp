@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstring>
 #include <iomanip>
+#include <limits>
 #include <optional>
+#include <string_view>
 
 #include <mixtape/core/device_memory.h>
 #include <mixtape/core/raw.h>
@@ -93,11 +95,27 @@ T read_element(const Tensor& cpu_tensor, int64_t element_offset) {
 
 // ---- metadata ---------------------------------------------------------------------
 
-int64_t Tensor::size(int64_t dim) const { return shape()[wrap_dim(dim, this->dim(), "size", shape())]; }
-int64_t Tensor::stride(int64_t dim) const { return strides()[wrap_dim(dim, this->dim(), "stride", shape())]; }
+void Tensor::throw_undefined(const char* function) {
+  // `function` is the compiler's signature of the method that asked, e.g. "int64_t mixtape::Tensor::numel() const".
+  std::string_view name(function);
+  if (const size_t at = name.rfind("Tensor::", name.find('(')); at != std::string_view::npos) {
+    name.remove_prefix(at + 8);
+    name = name.substr(0, name.find_first_of("(<"));
+  }
+  MT_ERROR("Tensor::", name, ": called on an undefined tensor");
+}
+
+int64_t Tensor::size(int64_t dim) const {
+  const Shape& sh = checked().shape;
+  return sh[wrap_dim(dim, sh.size(), "size", sh)];
+}
+int64_t Tensor::stride(int64_t dim) const {
+  const TensorImpl& t = checked();
+  return t.strides[wrap_dim(dim, t.shape.size(), "stride", t.shape)];
+}
 
 bool Tensor::is_contiguous() const {
-  const Shape& sh = shape();
+  const Shape& sh = checked().shape;
   const Shape& st = strides();
   if (sh.numel() == 0) return true;
   int64_t expected = 1;
@@ -277,7 +295,19 @@ Tensor to(const Tensor& x, Device device, DType dtype) {
 }
 
 void copy_(const Tensor& dst, const Tensor& src_in) {
+  MT_CHECK(dst.defined(), "copy_: the destination tensor is undefined");
   MT_CHECK(src_in.defined(), "copy_: the source tensor is undefined");
+  // The source broadcasts to the destination (PyTorch's rule); named here, not as the expand that does it.
+  const Shape& from = src_in.shape();
+  const Shape& to_shape = dst.shape();
+  bool broadcasts = from.size() <= to_shape.size();
+  for (int64_t i = 1; broadcasts && i <= from.size(); ++i)
+    broadcasts = from[from.size() - i] == 1 || from[from.size() - i] == to_shape[to_shape.size() - i];
+  MT_CHECK(broadcasts, "copy_: a source of shape ", from, " does not broadcast to the destination's shape ", to_shape);
+  // An expanded destination has elements sharing memory: which write would win is undefined (PyTorch refuses too).
+  for (int64_t i = 0; i < dst.dim(); ++i)
+    MT_CHECK(dst.stride(i) != 0 || dst.size(i) <= 1, "copy_: the destination (shape ", to_shape, ", strides ",
+             dst.strides(), ") is an expanded view whose elements share memory; clone() it first");
   Tensor src = expand(src_in, dst.shape());
   if (src.device() != dst.device()) src = to(contiguous(src), dst.device());
   // Same storage: the source might be overwritten while it is read.
@@ -297,6 +327,7 @@ void fill_(const Tensor& dst, double value) {
 
 template <class T>
 T Tensor::item() const {
+  checked();
   MT_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements cannot be converted to a scalar (shape ",
            shape(), ")");
   Tensor c = raw::to(*this, Device::cpu());
@@ -305,16 +336,24 @@ T Tensor::item() const {
 
 template <class T>
 T Tensor::at(std::initializer_list<int64_t> index) const {
+  checked();
   MT_CHECK(static_cast<int64_t>(index.size()) == dim(), "at: got ", index.size(), " indices for a tensor of shape ",
            shape());
   Tensor v = *this;
-  for (int64_t i : index) v = raw::select(v, 0, i);
+  int64_t d = 0;
+  for (int64_t i : index) {
+    MT_CHECK(i >= -size(d) && i < size(d), "at: index ", i, " is out of range for dim ", d, " of size ", size(d),
+             " (shape ", shape(), ")");
+    v = raw::select(v, 0, i);
+    ++d;
+  }
   v = raw::to(v, Device::cpu());
   return read_element<T>(v, v.storage_offset());
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  checked();
   Tensor c = raw::contiguous(raw::to(*this, Device::cpu(), dtype_v<T>));
   std::vector<T> out(static_cast<size_t>(c.numel()));
   if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs bits: copy one by one
@@ -327,6 +366,7 @@ std::vector<T> Tensor::to_vector() const {
 }
 
 void Tensor::set(std::initializer_list<int64_t> index, double value) {
+  checked();
   MT_CHECK(static_cast<int64_t>(index.size()) == dim(), "set: got ", index.size(), " indices for a tensor of shape ",
            shape());
   Tensor v = *this;
@@ -368,25 +408,48 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
 
 // ---- factories ----------------------------------------------------------------------
 
-Tensor empty(const Shape& shape, TensorOptions options) {
-  for (int64_t i = 0; i < shape.size(); ++i)
-    MT_CHECK(shape[i] >= 0, "empty: negative size ", shape[i], " at dim ", i, " (shape ", shape, ")");
+namespace {
+
+/// A new contiguous tensor for `op`: its element and byte counts checked before anything is allocated, and an
+/// allocation that fails named after `op` with the bytes it wanted.
+Tensor allocate(const char* op, const Shape& shape, TensorOptions options) {
+  const int64_t numel = checked_numel(shape, op);
+  size_t nbytes = 0;
+  MT_CHECK(!__builtin_mul_overflow(static_cast<size_t>(numel), itemsize(options.dtype()), &nbytes) &&
+               nbytes <= static_cast<size_t>(std::numeric_limits<int64_t>::max()),
+           op, ": shape ", shape, " of ", options.dtype(), " needs more bytes than a 64-bit count holds");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * itemsize(options.dtype()),
-                                            options.device());
+  try {
+    impl->storage = std::make_shared<Storage>(nbytes, options.device());
+  } catch (const Error& e) {
+    MT_ERROR(op, ": cannot allocate ", nbytes, " bytes for shape ", shape, " of ", options.dtype(), " on ",
+             options.device(), ": ", e.what());
+  }
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = options.dtype();
   return Tensor(std::move(impl));
 }
 
+}  // namespace
+
+Tensor empty(const Shape& shape, TensorOptions options) { return allocate("empty", shape, options); }
+
 Tensor full(const Shape& shape, double value, TensorOptions options) {
-  Tensor t = empty(shape, options);
+  Tensor t = allocate("full", shape, options);
   raw::fill_(t, value);
   return t;
 }
-Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
-Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
+Tensor zeros(const Shape& shape, TensorOptions options) {
+  Tensor t = allocate("zeros", shape, options);
+  raw::fill_(t, 0.0);
+  return t;
+}
+Tensor ones(const Shape& shape, TensorOptions options) {
+  Tensor t = allocate("ones", shape, options);
+  raw::fill_(t, 1.0);
+  return t;
+}
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
@@ -398,10 +461,14 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   MT_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
            "arange: invalid range start=", start, " end=", end, " step=", step);
   MT_CHECK((end - start) / step >= 0, "arange: step ", step, " does not lead from ", start, " to ", end);
-  auto n = static_cast<int64_t>(std::ceil((end - start) / step));
-  std::vector<double> values(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = start + static_cast<double>(i) * step;
-  return from_vector(values, Shape{n}, options);
+  const double count = std::ceil((end - start) / step);
+  MT_CHECK(count < 0x1p62, "arange: ", count, " elements (start=", start, " end=", end, " step=", step,
+           ") are more than a tensor can hold");
+  const auto n = static_cast<int64_t>(count);
+  Tensor host = allocate("arange", Shape{n}, TensorOptions(DType::kF64));  // on the host, then to the options'
+  double* values = host.data<double>();
+  for (int64_t i = 0; i < n; ++i) values[i] = start + static_cast<double>(i) * step;
+  return raw::to(host, options.device(), options.dtype());
 }
 
 template <class T>

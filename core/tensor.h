@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <memory>
 #include <ostream>
+#include <source_location>
 #include <span>
 #include <vector>
 
@@ -67,25 +68,26 @@ class Tensor {
 
   // ---- metadata -------------------------------------------------------------
   const Shape& shape() const { return checked().shape; }
-  const Shape& sizes() const { return shape(); }
+  const Shape& sizes() const { return checked().shape; }
   const Shape& strides() const { return checked().strides; }
   int64_t size(int64_t dim) const;
   int64_t stride(int64_t dim) const;
-  int64_t dim() const { return shape().size(); }
-  int64_t numel() const { return shape().numel(); }
+  int64_t dim() const { return checked().shape.size(); }
+  int64_t numel() const { return checked().shape.numel(); }
   DType dtype() const { return checked().dtype; }
   Device device() const { return checked().storage->device(); }
   int64_t storage_offset() const { return checked().offset; }
-  size_t itemsize() const { return mixtape::itemsize(dtype()); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(); }
+  size_t itemsize() const { return mixtape::itemsize(checked().dtype); }
+  size_t nbytes() const { return static_cast<size_t>(checked().shape.numel()) * mixtape::itemsize(checked().dtype); }
   bool is_contiguous() const;
-  bool is_cuda() const { return device().is_cuda(); }
+  bool is_cuda() const { return checked().storage->device().is_cuda(); }
   const std::shared_ptr<Storage>& storage() const { return checked().storage; }
 
   /// Address of the first element (storage data + offset).
   void* data_ptr() const;
   /// Typed pointer to the first element; throws unless T is this tensor's dtype.
   template <class T> T* data() const {
+    checked();
     MT_CHECK(dtype_v<T> == dtype(), "Tensor::data: requested ", dtype_v<T>, " from a tensor of dtype ", dtype());
     return static_cast<T*>(data_ptr());
   }
@@ -120,14 +122,23 @@ class Tensor {
   Tensor to(DType dtype) const;
   Tensor to(Device device) const;
   Tensor to(Device device, DType dtype) const;
-  Tensor cpu() const { return to(Device::cpu()); }
-  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  Tensor cpu() const {
+    checked();
+    return to(Device::cpu());
+  }
+  Tensor cuda(int index = 0) const {
+    checked();
+    return to(Device::cuda(index));
+  }
 
   // ---- in-place writes (not recorded; refused on tensors that require grad while grad mode is on) ----
   /// Copies `src` (broadcast to this shape, any dtype or device) into this tensor. Overwrites.
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(double value);
-  Tensor& zero_() { return fill_(0.0); }
+  Tensor& zero_() {
+    checked();
+    return fill_(0.0);
+  }
 
   // ---- autograd (defined in autograd/tensor_autograd.cpp) ---------------------------------
   bool requires_grad() const;
@@ -158,14 +169,17 @@ class Tensor {
 
   // ---- in-place bookkeeping ---------------------------------------------------
   /// Version of the storage: bumped by every in-place write (copy_, fill_, set, ...).
-  uint64_t version() const { return storage()->version(); }
-  void bump_version() const { storage()->bump_version(); }
+  uint64_t version() const { return checked().storage->version(); }
+  void bump_version() const { checked().storage->bump_version(); }
 
  private:
-  const TensorImpl& checked() const {
-    MT_CHECK(m_impl != nullptr, "Tensor: operation on an undefined tensor");
+  /// The impl, or an error naming the method that asked (its name taken from the caller's source location).
+  const TensorImpl& checked(std::source_location caller = std::source_location::current()) const {
+    if (m_impl == nullptr) [[unlikely]]
+      throw_undefined(caller.function_name());
     return *m_impl;
   }
+  [[noreturn]] static void throw_undefined(const char* function);
   double element_as_double(std::initializer_list<int64_t> index, const char* op) const;
 
   std::shared_ptr<TensorImpl> m_impl;

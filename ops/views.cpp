@@ -142,22 +142,40 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
 
 // ---- the Tensor methods -------------------------------------------------------------------
 
-Tensor Tensor::view(const Shape& shape) const { return mixtape::view(*this, shape); }
-Tensor Tensor::reshape(const Shape& shape) const { return mixtape::reshape(*this, shape); }
-Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const { return mixtape::flatten(*this, start_dim, end_dim); }
-Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const { return mixtape::transpose(*this, dim0, dim1); }
-Tensor Tensor::permute(const Shape& dims) const { return mixtape::permute(*this, dims); }
+Tensor Tensor::view(const Shape& shape) const {
+  checked();
+  return mixtape::view(*this, shape);
+}
+Tensor Tensor::reshape(const Shape& shape) const {
+  checked();
+  return mixtape::reshape(*this, shape);
+}
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  checked();
+  return mixtape::flatten(*this, start_dim, end_dim);
+}
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  checked();
+  return mixtape::transpose(*this, dim0, dim1);
+}
+Tensor Tensor::permute(const Shape& dims) const {
+  checked();
+  return mixtape::permute(*this, dims);
+}
 
 Tensor Tensor::t() const {
+  checked();
   MT_CHECK(dim() <= 2, "t: expects a tensor with <= 2 dims, got shape ", shape(), "; use transpose(dim0, dim1)");
   return dim() < 2 ? *this : transpose(0, 1);
 }
 
 Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) const {
+  checked();
   return mixtape::slice(*this, dim, start, end, step);
 }
 
 Tensor Tensor::narrow(int64_t dim_in, int64_t start, int64_t length) const {
+  checked();
   int64_t d = wrap_dim(dim_in, dim(), "narrow", shape());
   int64_t n = shape()[d];
   if (start < 0) start += n;
@@ -166,10 +184,17 @@ Tensor Tensor::narrow(int64_t dim_in, int64_t start, int64_t length) const {
   return slice(d, start, start + length);
 }
 
-Tensor Tensor::select(int64_t dim, int64_t index) const { return autograd::apply<Select>(*this, dim, index); }
-Tensor Tensor::expand(const Shape& shape) const { return autograd::apply<Expand>(*this, shape); }
+Tensor Tensor::select(int64_t dim, int64_t index) const {
+  checked();
+  return autograd::apply<Select>(*this, dim, index);
+}
+Tensor Tensor::expand(const Shape& shape) const {
+  checked();
+  return autograd::apply<Expand>(*this, shape);
+}
 
 Tensor Tensor::squeeze() const {
+  checked();
   Shape out;
   for (int64_t s : shape())
     if (s != 1) out.push_back(s);
@@ -177,6 +202,7 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t dim_in) const {
+  checked();
   if (dim() == 0) return *this;
   int64_t d = wrap_dim(dim_in, dim(), "squeeze", shape());
   if (shape()[d] != 1) return *this;
@@ -186,13 +212,20 @@ Tensor Tensor::squeeze(int64_t dim_in) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t dim_in) const {
+  checked();
   int64_t d = wrap_dim(dim_in, dim() + 1, "unsqueeze", shape());
   Shape out = shape();
   out.insert(d, 1);
   return view(out);
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
-Tensor Tensor::clone() const { return autograd::apply<Clone>(*this); }
+Tensor Tensor::contiguous() const {
+  checked();
+  return is_contiguous() ? *this : clone();
+}
+Tensor Tensor::clone() const {
+  checked();
+  return autograd::apply<Clone>(*this);
+}
 
 }  // namespace mixtape

@@ -64,7 +64,8 @@ BOOST_AUTO_TEST_CASE(dim_out_of_range) {
 
 BOOST_AUTO_TEST_CASE(index_out_of_range) {
   expect_error([] { mt::zeros({2, 3}).select(1, 3); }, {"select", "index 3", "size 3", "[2, 3]"});
-  expect_error([] { mt::zeros({2, 3}).at<float>({2, 0}); }, {"select", "index 2"});
+  expect_error([] { mt::zeros({2, 3}).at<float>({2, 0}); }, {"at", "index 2", "dim 0", "shape [2, 3]"});
+  expect_error([] { mt::zeros({2, 3}).at<float>({1, -4}); }, {"at", "index -4", "dim 1", "shape [2, 3]"});
   expect_error([] { mt::zeros({2, 3}).narrow(1, 2, 2); }, {"narrow", "start 2", "length 2", "size 3"});
   expect_error([] { mt::zeros({2, 3}).at<float>({1}); }, {"at", "1 indices", "[2, 3]"});
 }
@@ -95,6 +96,29 @@ BOOST_AUTO_TEST_CASE(bad_factories) {
   expect_error([] { mt::Shape s{1, 2, 3, 4, 5, 6, 7, 8}; s.push_back(9); }, {"Shape", "maximum of 8"});
 }
 
+BOOST_AUTO_TEST_CASE(sizes_that_overflow_are_refused_before_allocating) {
+  expect_error([] { mt::zeros({int64_t{1} << 62}); }, {"zeros", "[4611686018427387904]", "more bytes"});
+  expect_error([] { mt::ones({int64_t{1} << 31, int64_t{1} << 31, 8}); }, {"ones", "more elements"});
+  expect_error([] { mt::empty({int64_t{1} << 40, int64_t{1} << 40}); }, {"empty", "more elements"});
+  expect_error([] { mt::full({int64_t{1} << 61, 2}, 1.0); }, {"full", "more bytes"});
+  expect_error([] { mt::randn({int64_t{1} << 61}); }, {"randn", "too large"});
+  expect_error([] { mt::randint(0, 5, {int64_t{1} << 62, 4}); }, {"randint", "more elements"});
+  expect_error([] { mt::arange(0.0, 1e19); }, {"arange", "more than a tensor can hold"});
+  // Out of memory names the op and the bytes it wanted (2^59 f32 elements: 2 EiB).
+  expect_error([] { mt::zeros({int64_t{1} << 59}); }, {"zeros", "2305843009213693952 bytes", "out of memory"});
+}
+
+BOOST_AUTO_TEST_CASE(copy_names_itself) {
+  expect_error([] { mt::zeros({2, 3}).copy_(mt::zeros({4})); }, {"copy_", "[4]", "[2, 3]", "broadcast"});
+  expect_error([] { mt::zeros({3}).copy_(mt::zeros({2, 3})); }, {"copy_", "[2, 3]", "[3]"});
+  expect_error([] { mt::zeros({1, 3}).expand({4, 3}).copy_(mt::ones({4, 3})); },
+               {"copy_", "expanded view", "[4, 3]", "clone()"});
+  expect_error([] { mt::zeros({2}).copy_(mt::Tensor()); }, {"copy_", "source", "undefined"});
+  mt::Tensor t = mt::zeros({2, 3});
+  t.copy_(mt::from_vector<float>({1, 2, 3}));  // a broadcast source is fine
+  BOOST_TEST(t.at<float>({1, 2}) == 3.0f);
+}
+
 BOOST_AUTO_TEST_CASE(undefined_tensor) {
   expect_error([] { mt::Tensor().numel(); }, {"undefined tensor"});
   // The autograd methods name themselves (they once dereferenced null).
@@ -103,6 +127,77 @@ BOOST_AUTO_TEST_CASE(undefined_tensor) {
   expect_error([] { mt::Tensor().grad_fn_name(); }, {"Tensor::grad_fn_name: called on an undefined tensor"});
   expect_error([] { mt::Tensor().set_grad(mt::zeros({2})); }, {"Tensor::set_grad: called on an undefined tensor"});
   expect_error([] { mt::Tensor().backward(); }, {"Tensor::backward: called on an undefined tensor"});
+}
+
+BOOST_AUTO_TEST_CASE(every_tensor_method_names_itself_on_an_undefined_tensor) {
+  // Each method of Tensor but defined(), impl(), impl_ptr() and is_same() (which answer for an undefined tensor too),
+  // and the name its error must carry.
+  const mt::Tensor u;
+  const std::vector<std::pair<std::string, std::function<void()>>> methods = {
+      {"shape", [&] { (void)u.shape(); }},
+      {"sizes", [&] { (void)u.sizes(); }},
+      {"strides", [&] { (void)u.strides(); }},
+      {"size", [&] { (void)u.size(0); }},
+      {"stride", [&] { (void)u.stride(0); }},
+      {"dim", [&] { (void)u.dim(); }},
+      {"numel", [&] { (void)u.numel(); }},
+      {"dtype", [&] { (void)u.dtype(); }},
+      {"device", [&] { (void)u.device(); }},
+      {"storage_offset", [&] { (void)u.storage_offset(); }},
+      {"itemsize", [&] { (void)u.itemsize(); }},
+      {"nbytes", [&] { (void)u.nbytes(); }},
+      {"is_contiguous", [&] { (void)u.is_contiguous(); }},
+      {"is_cuda", [&] { (void)u.is_cuda(); }},
+      {"storage", [&] { (void)u.storage(); }},
+      {"data_ptr", [&] { (void)u.data_ptr(); }},
+      {"data", [&] { (void)u.data<float>(); }},
+      {"to_vector", [&] { (void)u.to_vector<float>(); }},
+      {"item", [&] { (void)u.item<float>(); }},
+      {"at", [&] { (void)u.at<float>({0}); }},
+      {"set", [&] { mt::Tensor(u).set({0}, 1.0); }},
+      {"version", [&] { (void)u.version(); }},
+      {"bump_version", [&] { u.bump_version(); }},
+      {"view", [&] { (void)u.view({1}); }},
+      {"reshape", [&] { (void)u.reshape({1}); }},
+      {"flatten", [&] { (void)u.flatten(); }},
+      {"transpose", [&] { (void)u.transpose(0, 1); }},
+      {"t", [&] { (void)u.t(); }},
+      {"permute", [&] { (void)u.permute({0}); }},
+      {"slice", [&] { (void)u.slice(0, 0, 1); }},
+      {"narrow", [&] { (void)u.narrow(0, 0, 1); }},
+      {"select", [&] { (void)u.select(0, 0); }},
+      {"expand", [&] { (void)u.expand({2}); }},
+      {"squeeze", [&] { (void)u.squeeze(); }},
+      {"squeeze", [&] { (void)u.squeeze(0); }},
+      {"unsqueeze", [&] { (void)u.unsqueeze(0); }},
+      {"contiguous", [&] { (void)u.contiguous(); }},
+      {"clone", [&] { (void)u.clone(); }},
+      {"to", [&] { (void)u.to(mt::kF16); }},
+      {"to", [&] { (void)u.to(mt::Device::cpu()); }},
+      {"to", [&] { (void)u.to(mt::Device::cpu(), mt::kF16); }},
+      {"cpu", [&] { (void)u.cpu(); }},
+      {"copy_", [&] { mt::Tensor(u).copy_(mt::zeros({1})); }},
+      {"fill_", [&] { mt::Tensor(u).fill_(1.0); }},
+      {"zero_", [&] { mt::Tensor(u).zero_(); }},
+      {"requires_grad", [&] { (void)u.requires_grad(); }},
+      {"requires_grad_", [&] { mt::Tensor(u).requires_grad_(); }},
+      {"is_leaf", [&] { (void)u.is_leaf(); }},
+  };
+  for (const auto& [name, call] : methods) {
+    BOOST_TEST_CONTEXT("Tensor::" << name) {
+      bool threw = false;
+      try {
+        call();
+      } catch (const mt::Error& e) {
+        threw = true;
+        const std::string msg = e.what();
+        BOOST_TEST((msg.find(name) != std::string::npos && msg.find("undefined") != std::string::npos), msg);
+      } catch (const std::exception& e) {
+        BOOST_ERROR("another exception: " << e.what());
+      }
+      BOOST_TEST(threw);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(set_grad_takes_the_tensors_shape_dtype_and_device) {

@@ -4,12 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <sstream>
 
 #include <mixtape/core/random.h>
 #include <mixtape/core/tensor.h>
 
+#include "compare.h"
+
 namespace mt = mixtape;
+using mt::test::expect_error;
 namespace utf = boost::unit_test;
 
 namespace {
@@ -249,6 +254,42 @@ BOOST_AUTO_TEST_CASE(distributions) {
   int64_t lo = *std::min_element(r.begin(), r.end()), hi = *std::max_element(r.begin(), r.end());
   BOOST_TEST(lo == -3);
   BOOST_TEST(hi == 3);
+}
+
+BOOST_AUTO_TEST_CASE(randint_is_exact_over_the_whole_int64_range) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+  mt::Generator g(11);
+  // Near the top: through a double, INT64_MAX - 1 became 2^63 and wrapped.
+  for (int64_t v : mt::randint(kMax - 1, kMax, {100}, mt::kI64, &g).to_vector<int64_t>())
+    BOOST_TEST_REQUIRE(v == kMax - 1);
+  // 2^60 + {0, 1, 2} are not doubles: each must come out, exactly.
+  std::vector<int64_t> r = mt::randint(int64_t{1} << 60, (int64_t{1} << 60) + 3, {3000}, mt::kI64, &g)
+                               .to_vector<int64_t>();
+  std::sort(r.begin(), r.end());
+  BOOST_TEST(r.front() == int64_t{1} << 60);
+  BOOST_TEST(r.back() == (int64_t{1} << 60) + 2);
+  BOOST_TEST((std::unique(r.begin(), r.end()) - r.begin() == 3));
+  // The widest range (its width 2^64 - 1 overflows int64): both signs, odd and even values, nothing out of range.
+  r = mt::randint(kMin, kMax, {4000}, mt::kI64, &g).to_vector<int64_t>();
+  BOOST_TEST(std::count_if(r.begin(), r.end(), [](int64_t v) { return v < 0; }) > 1800);
+  BOOST_TEST(std::count_if(r.begin(), r.end(), [](int64_t v) { return v % 2 != 0; }) > 1800);
+  BOOST_TEST(*std::max_element(r.begin(), r.end()) < kMax);
+}
+
+BOOST_AUTO_TEST_CASE(randint_refuses_ranges_its_dtype_cannot_hold) {
+  expect_error([] { mt::randint(0, (int64_t{1} << 31) + 1, {2}, mt::TensorOptions(mt::DType::kI32)); },
+               {"randint", "[0, 2147483649)", "does not fit i32"});
+  expect_error([] { mt::randint(-1, 10, {2}, mt::TensorOptions(mt::DType::kU8)); }, {"randint", "does not fit u8"});
+  expect_error([] { mt::randint(0, 3, {2}, mt::TensorOptions(mt::DType::kBool)); }, {"randint", "does not fit bool"});
+  expect_error([] { mt::randint(0, (int64_t{1} << 24) + 2, {2}, mt::TensorOptions(mt::kF32)); },
+               {"randint", "f32", "exactly"});
+  expect_error([] { mt::randint(-2049, 0, {2}, mt::TensorOptions(mt::kF16)); }, {"randint", "f16", "exactly"});
+  // The edges that do fit.
+  BOOST_TEST(mt::randint(0, 256, {4}, mt::TensorOptions(mt::DType::kU8)).dtype() == mt::DType::kU8);
+  BOOST_TEST(mt::randint(int64_t{1} << 24, (int64_t{1} << 24) + 1, {1}, mt::TensorOptions(mt::kF32)).item<float>() ==
+             16777216.0f);
+  BOOST_TEST(mt::randint(INT32_MIN, int64_t{INT32_MAX} + 1, {4}, mt::TensorOptions(mt::DType::kI32)).dtype() ==
+             mt::DType::kI32);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
