@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES=(cmake ninja-build g++ git libboost-test-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev libcli11-dev
+PACKAGES=(cmake ninja-build g++ git libboost-test-dev libopenblas-openmp-dev nlohmann-json3-dev zlib1g-dev libcli11-dev
           gnuplot-nox curl ca-certificates)
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}

@@ -20,9 +20,12 @@ struct CpuMemoryStats {
   int64_t allocated_bytes = 0;
   int64_t peak_allocated_bytes = 0;
   int64_t live_storages = 0;
+  int64_t cached_bytes = 0;  // freed blocks of 2 MiB and more, kept for reuse (at most 1 GiB); not allocated_bytes
 };
 CpuMemoryStats cpu_memory_stats();
 void reset_cpu_peak_memory();
+/// Returns the cached blocks to the system (as torch.cuda.empty_cache does for a GPU).
+void cpu_empty_cache();
 
 /// A block of device memory shared by every tensor viewing it.
 class Storage {

@@ -8,8 +8,15 @@
 // two neighbouring bf16 values by comparing distances in double: a
 // formulation that shares no code or trick with the implementation.
 //
+// The bulk loops of core/convert.h (suite bulk_conversions) must give
+// half.h's bits: every table this CPU runs, on every 16-bit pattern widened,
+// every float edge, NaN class and rounding boundary and ten million random
+// floats narrowed, at odd lengths and offsets, with MXCSR's FTZ and DAZ off
+// and on.
+//
 // Each check prints the input bits and both outputs; a test stops after
 // Failures::kMax mismatches.
+#include <mixtape/core/convert.h>
 #include <mixtape/core/half.h>
 
 #include <boost/test/unit_test.hpp>
@@ -23,6 +30,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -512,6 +520,143 @@ BOOST_AUTO_TEST_CASE(double_to_bf16) {
   BOOST_TEST(through_float_differs > 1000);
   BOOST_TEST_MESSAGE("double_to_bf16_bits: " << fails.checked << " checked, " << through_float_differs
                                              << " would double-round through float");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- core/convert.h: the bulk loops against half.h ------------------------------------------------------------
+
+namespace {
+
+using mixtape::ConvertIsa;
+using mixtape::Converters;
+
+/// Every table this CPU runs; the scalar one first.
+std::vector<const Converters*> runnable_tables() {
+  std::vector<const Converters*> tables;
+  for (ConvertIsa isa : {ConvertIsa::kScalar, ConvertIsa::kAvx2F16c})
+    if (const Converters* t = mixtape::converters(isa)) tables.push_back(t);
+  return tables;
+}
+
+/// Runs `fn()` with MXCSR's flush-to-zero and denormals-are-zero off, then on: the loops must not care.
+template <class Fn>
+void under_both_mxcsr_modes(Fn fn) {
+#if defined(MT_TEST_HAVE_F16C_PROBE)
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved & ~0x8040u);
+  BOOST_TEST_CONTEXT("FTZ/DAZ off") fn();
+  _mm_setcsr(saved | 0x8040u);
+  BOOST_TEST_CONTEXT("FTZ/DAZ on") fn();
+  _mm_setcsr(saved);
+#else
+  fn();
+#endif
+}
+
+uint64_t bits(double d) { return std::bit_cast<uint64_t>(d); }
+uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
+uint16_t bits(Half h) { return h.bits; }
+uint16_t bits(BFloat16 b) { return b.bits; }
+
+/// Converts src with `loop` as a whole and as a run from offset 1 (misaligned, and a length that leaves a tail
+/// for every vector width), then every length 0..40 from offsets 0..3, checking each output element's bits
+/// against `want(src[i])`.
+template <class From, class To, class Want>
+void check_loop(const char* what, void (*loop)(const From*, To*, int64_t), const std::vector<From>& src, Want want,
+                Failures& fails) {
+  std::vector<To> dst(src.size() + 1);
+  auto check_run = [&](size_t first, size_t n) {
+    std::fill(dst.begin(), dst.end(), std::bit_cast<To>(static_cast<decltype(bits(To{}))>(0x5a5a5a5a5a5a5a5aull)));
+    loop(src.data() + first, dst.data() + first, static_cast<int64_t>(n));
+    for (size_t i = first; i < first + n && fails.room(); ++i)
+      fails.expect(what, src[i], bits(dst[i]), want(src[i]));
+  };
+  check_run(0, src.size());
+  check_run(1, src.size() - 1);
+  for (size_t first = 0; first < 4; ++first)
+    for (size_t n = 0; n <= 40 && first + n <= src.size(); ++n) check_run(first, n);
+}
+
+std::vector<Half> every_half() {
+  std::vector<Half> v(65536);
+  for (uint32_t i = 0; i < 65536; ++i) v[i] = Half::from_bits(static_cast<uint16_t>(i));
+  return v;
+}
+std::vector<BFloat16> every_bf16() {
+  std::vector<BFloat16> v(65536);
+  for (uint32_t i = 0; i < 65536; ++i) v[i] = BFloat16::from_bits(static_cast<uint16_t>(i));
+  return v;
+}
+
+/// The floats to narrow: the named edges, NaNs of every class, every rounding boundary of f16 and of bf16 (each
+/// value, each tie, and their float neighbours), then 10^7 random bit patterns.
+std::vector<float> floats_to_narrow() {
+  std::vector<float> v;
+  for (float f : kFloatEdges) v.push_back(f), v.push_back(-f);
+  for (double d : kDoubleEdges) v.push_back(static_cast<float>(d));
+  // NaNs: quiet and signalling, payloads that fit f16/bf16, that only f16 keeps, and below both.
+  for (uint32_t sign : {0u, 0x80000000u})
+    for (uint32_t payload : {0x000001u, 0x001fffu, 0x002000u, 0x00ffffu, 0x010000u, 0x1fffffu, 0x200000u, 0x3fffffu,
+                             0x400000u, 0x400001u, 0x412345u, 0x7fffffu})
+      v.push_back(std::bit_cast<float>(sign | 0x7f800000u | payload));
+  for_each_boundary_float(0x7bff, 65536.0, half_value, [&](float f) { v.push_back(f); });
+  for_each_boundary_float(0x7f7f, 0x1p128, bf16_value, [&](float f) { v.push_back(f); });
+  std::mt19937_64 rng(20260601);
+  for (int i = 0; i < 10'000'000; ++i) v.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+  return v;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(bulk_conversions)
+
+// A vector table that is never chosen would leave every test below comparing half.h with itself.
+BOOST_AUTO_TEST_CASE(the_best_table_this_cpu_runs_is_chosen) {
+  const auto tables = runnable_tables();
+  BOOST_TEST((tables.front()->isa == ConvertIsa::kScalar));
+  BOOST_TEST(mixtape::converters().name == tables.back()->name);
+#if defined(MT_TEST_HAVE_F16C_PROBE)
+  const bool avx2_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  BOOST_TEST((mixtape::converters(ConvertIsa::kAvx2F16c) != nullptr) == avx2_f16c);
+#endif
+  for (const Converters* t : tables) BOOST_TEST_MESSAGE("conversion table tested: " << t->name);
+}
+
+BOOST_AUTO_TEST_CASE(widening_every_pattern) {
+  const std::vector<Half> halves = every_half();
+  const std::vector<BFloat16> bf16s = every_bf16();
+  namespace d = mixtape::detail;
+  for (const Converters* t : runnable_tables()) {
+    BOOST_TEST_CONTEXT("table " << t->name) under_both_mxcsr_modes([&] {
+      Failures fails;
+      check_loop("half_to_float", t->half_to_float, halves,
+                 [](Half h) { return bits(mixtape::half_bits_to_float(h.bits)); }, fails);
+      check_loop("bf16_to_float", t->bf16_to_float, bf16s,
+                 [](BFloat16 b) { return bits(mixtape::bf16_bits_to_float(b.bits)); }, fails);
+      check_loop("half_to_double", t->half_to_double, halves,
+                 [](Half h) { return d::widen_bits<uint64_t, 5, 10, 11, 52>(h.bits); }, fails);
+      check_loop("bf16_to_double", t->bf16_to_double, bf16s,
+                 [](BFloat16 b) { return d::widen_bits<uint64_t, 8, 7, 11, 52>(b.bits); }, fails);
+      BOOST_TEST(fails.count == 0);
+      BOOST_TEST(fails.checked > 4 * 2 * 65536);
+    });
+  }
+}
+
+BOOST_AUTO_TEST_CASE(narrowing_edges_ties_and_random) {
+  const std::vector<float> floats = floats_to_narrow();
+  for (const Converters* t : runnable_tables()) {
+    BOOST_TEST_CONTEXT("table " << t->name) under_both_mxcsr_modes([&] {
+      Failures fails;
+      check_loop("float_to_half", t->float_to_half, floats, [](float f) { return mixtape::float_to_half_bits(f); },
+                 fails);
+      check_loop("float_to_bf16", t->float_to_bf16, floats, [](float f) { return mixtape::float_to_bf16_bits(f); },
+                 fails);
+      BOOST_TEST(fails.count == 0);
+      BOOST_TEST(fails.checked > 2 * 2 * 10'000'000);
+    });
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -256,6 +256,31 @@ BOOST_AUTO_TEST_CASE(distributions) {
   BOOST_TEST(hi == 3);
 }
 
+BOOST_AUTO_TEST_CASE(the_cpu_allocator_reuses_freed_large_blocks) {
+  mt::cpu_empty_cache();
+  BOOST_TEST(mt::cpu_memory_stats().cached_bytes == 0);
+  const int64_t before = mt::cpu_memory_stats().allocated_bytes;
+  void* first = nullptr;
+  {
+    mt::Tensor big = mt::empty({3 << 20});  // 12 MiB: cached when freed
+    first = big.data_ptr();
+  }
+  BOOST_TEST(mt::cpu_memory_stats().allocated_bytes == before);  // freed, whatever the cache holds
+  BOOST_TEST(mt::cpu_memory_stats().cached_bytes == int64_t{12} << 20);
+  {
+    mt::Tensor again = mt::zeros({3 << 20});  // the same size: the same block, and zeros() still zeroes it
+    BOOST_TEST(again.data_ptr() == first);
+    BOOST_TEST(mt::cpu_memory_stats().cached_bytes == 0);
+    const std::vector<float> v = again.to_vector<float>();
+    BOOST_TEST(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; }));
+  }
+  mt::Tensor small = mt::empty({1000});  // 4 KB: malloc's, never cached
+  small = mt::Tensor();
+  BOOST_TEST(mt::cpu_memory_stats().cached_bytes == int64_t{12} << 20);
+  mt::cpu_empty_cache();
+  BOOST_TEST(mt::cpu_memory_stats().cached_bytes == 0);
+}
+
 BOOST_AUTO_TEST_CASE(randint_is_exact_over_the_whole_int64_range) {
   constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
   mt::Generator g(11);
