@@ -15,6 +15,7 @@
 
 #include <mixtape/core/storage.h>
 #include <mixtape/cuda/runtime.h>
+#include <mixtape/ops/cpu/gemm_bf16.h>
 
 namespace {
 
@@ -154,6 +155,32 @@ void check_matmul(const Tensor& a, const Tensor& b, std::optional<DType> out_dty
   if (a.dtype() != DType::kF64 && dtype == DType::kF64) tol = mt::test::tolerance(DType::kF32);
   const std::vector<double> slack = accumulation_slack(ref, a.size(-1), a.dtype());
   expect_values(got, ref.c, tol, config, slack);
+}
+
+/// Boost.Test precondition for the cases of the AVX512-BF16 kernel: skipped, with a message, on other CPUs (where
+/// every other bf16 case runs the widening path).
+struct gemm_bf16_available {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
+    boost::test_tools::assertion_result r(kn::cpu::gemm_bf16_supported());
+    if (!r) r.message() << "this CPU lacks AVX512-BF16: skipping the bf16 GEMM kernel's cases";
+    return r;
+  }
+};
+
+using kn::cpu::Bf16GemmPath;
+using kn::cpu::ForceBf16GemmPath;
+
+/// kernels::matmul of bf16 a and b through the AVX512-BF16 kernel: in f32 against float64 of the same inputs, and
+/// in bf16 bit for bit the f32 result rounded once (so within half a bf16 ulp of a result within the f32 bound).
+/// The kernel's sums are f32 sums of exact products like sgemm's (ops/cpu/gemm_bf16.h), so check_matmul's bound
+/// holds unchanged: f32's pair from the table plus sqrt(k)·2^-24·Σ|a·b| per element. One product dropped or
+/// counted twice (|a·b| ~ 1/3 here) is far outside it at every k below: at k = 32767 the slack is ~0.12.
+void check_gemm_bf16(const Tensor& a, const Tensor& b, const std::string& config) {
+  const ForceBf16GemmPath force(Bf16GemmPath::kAvx512Bf16);
+  check_matmul(a, b, DType::kF32, config + " [AVX512-BF16 kernel]");
+  std::vector<double> want = values(mt::test::matmul(a, b, DType::kF32));
+  for (double& v : want) v = round_to(DType::kBF16, v);
+  expect_values(mt::test::matmul(a, b), want, kExact, config + " [AVX512-BF16 kernel]: bf16 == round(f32)");
 }
 
 // ---- CUDA -------------------------------------------------------------------------------------
@@ -303,6 +330,99 @@ BOOST_AUTO_TEST_CASE(matmul_f16_bf16_with_f32_output, MT_CPU_TEST) {
     for (double& v : want) v = round_to(dtype, v);
     expect_values(narrow, want, kExact, describe("matmul ", dtype, " == round(f32 matmul)"));
   }
+}
+
+// ---- the AVX512-BF16 kernel ----------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(gemm_bf16_every_layout_and_edge_against_float64,
+                     MT_CPU_TEST * boost::unit_test::precondition(gemm_bf16_available())) {
+  struct Size {
+    int64_t m, n, k;
+  };
+  // Tiles are 12 x 32 with k in pairs: one element; k odd (the last pair half padding) and even; whole tiles and
+  // one past in every dim; k = 1 and k = 0 (zeros); big enough to run on every thread; and (below) k long enough
+  // that a and b are packed in several blocks each (at k = 32767: 12 rows of a, 64 columns of b).
+  const Size sizes[] = {{1, 1, 1},   {1, 1, 2},     {3, 5, 7},     {12, 32, 16},  {13, 33, 17},
+                        {11, 31, 1}, {37, 29, 31},  {4, 6, 0},     {130, 70, 301}};
+  uint64_t seed = 60000;
+  for (const Size& s : sizes)
+    for (Layout la : {Layout::kContiguous, Layout::kTransposed, Layout::kStrided})
+      for (Layout lb : {Layout::kContiguous, Layout::kTransposed, Layout::kStrided}) {
+        seed += 2;
+        const Tensor a = input({s.m, s.k}, DType::kBF16, -1, 1, seed, la);
+        const Tensor b = input({s.k, s.n}, DType::kBF16, -1, 1, seed + 1, lb);
+        check_gemm_bf16(a, b, describe("seed=", seed, " layouts=", layout_name(la), "/", layout_name(lb)));
+      }
+  // The several-block case in Linear's forward (x·wᵀ) and weight-gradient (dyᵀ·x) layouts, which between them
+  // pack a and b both ways: its float64 reference is the slow part of this test.
+  for (auto [la, lb] : {std::pair{Layout::kContiguous, Layout::kTransposed},
+                        std::pair{Layout::kTransposed, Layout::kContiguous}}) {
+    seed += 2;
+    const Tensor a = input({13, 32767}, DType::kBF16, -1, 1, seed, la);
+    const Tensor b = input({32767, 65}, DType::kBF16, -1, 1, seed + 1, lb);
+    check_gemm_bf16(a, b, describe("seed=", seed, " layouts=", layout_name(la), "/", layout_name(lb)));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(gemm_bf16_batches, MT_CPU_TEST * boost::unit_test::precondition(gemm_bf16_available())) {
+  // A product per batch (broadcast batch dims, a 2-D left operand), one folded GEMM (batch @ 2-D), 1-D operands,
+  // batched transposed views.
+  check_gemm_bf16(input({2, 1, 13, 31}, DType::kBF16, -1, 1, 61), input({3, 31, 9}, DType::kBF16, -1, 1, 62),
+                  "broadcast batch, seeds 61/62");
+  check_gemm_bf16(input({13, 31}, DType::kBF16, -1, 1, 63), input({3, 31, 40}, DType::kBF16, -1, 1, 64),
+                  "matrix @ batch, seeds 63/64");
+  check_gemm_bf16(input({7, 13, 31}, DType::kBF16, -1, 1, 65), input({31, 40}, DType::kBF16, -1, 1, 66),
+                  "batch @ matrix (folded), seeds 65/66");
+  check_gemm_bf16(input({31}, DType::kBF16, -1, 1, 67), input({2, 31, 5}, DType::kBF16, -1, 1, 68),
+                  "1-D @ batch, seeds 67/68");
+  check_gemm_bf16(input({6, 9, 5}, DType::kBF16, -1, 1, 69).transpose(-1, -2),
+                  input({6, 7, 9}, DType::kBF16, -1, 1, 70).transpose(-1, -2), "batched transposed, seeds 69/70");
+}
+
+BOOST_AUTO_TEST_CASE(gemm_bf16_agrees_with_the_widening_path_on_the_mlp_products,
+                     MT_CPU_TEST * boost::unit_test::precondition(gemm_bf16_available())) {
+  // The products of a Linear 784 -> 512 on a batch of 128 (forward x·wᵀ, dx = dy·w, dw = dyᵀ·x) and of 512 ->
+  // 512, as the tape hands them over. Both paths sum the same exact products in f32, in different orders, so each
+  // is within k·2^-24·(|a|·|b|) of the exact sum (the worst case, not the probable one) and they are within twice
+  // that of each other.
+  struct Product {
+    Tensor a, b;
+    const char* what;
+  };
+  const Tensor x = input({128, 784}, DType::kBF16, -1, 1, 71), w = input({512, 784}, DType::kBF16, -1, 1, 72);
+  const Tensor dy = input({128, 512}, DType::kBF16, -1, 1, 73), w2 = input({512, 512}, DType::kBF16, -1, 1, 74);
+  const Product products[] = {{x, w.t(), "x wT"},   {dy, w, "dy w"},   {dy.t(), x, "dyT x"},
+                              {dy, w2.t(), "h w2T"}, {dy, w2, "dy w2"}, {dy.t(), dy, "dyT h"}};
+  for (const Product& p : products) {
+    Tensor kernel, widened;
+    {
+      const ForceBf16GemmPath force(Bf16GemmPath::kAvx512Bf16);
+      kernel = mt::test::matmul(p.a, p.b, DType::kF32);
+    }
+    {
+      const ForceBf16GemmPath force(Bf16GemmPath::kWidenSgemm);
+      widened = mt::test::matmul(p.a, p.b, DType::kF32);
+    }
+    const Tensor abs_product = mt::test::matmul(kn::unary(kn::UnaryOp::kAbs, p.a.to(mt::kF64)),
+                                                kn::unary(kn::UnaryOp::kAbs, p.b.to(mt::kF64)));
+    std::vector<double> allowance = abs_product.to_vector<double>();
+    for (double& v : allowance) v *= 2.0 * static_cast<double>(p.a.size(1)) * 0x1p-24;
+    expect_close(kernel, widened, {0, 0}, describe("bf16 kernel vs widen + sgemm: ", p.what, " ", p.a.shape(), " @ ",
+                                                   p.b.shape()), allowance);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(gemm_bf16_reads_subnormals_as_zero_unlike_the_widening_path,
+                     MT_CPU_TEST * boost::unit_test::precondition(gemm_bf16_available())) {
+  // vdpbf16ps reads a subnormal bf16 operand as zero and flushes a subnormal sum to zero, whatever MXCSR says
+  // (ops/cpu/gemm_bf16.h); widening to f32 keeps both. 2^-130 is a bf16 subnormal; 2^-70 · 2^-70 = 2^-140 is a
+  // subnormal float.
+  const Tensor tiny = mt::tensor({0x1p-130, 0x1p-70}, DType::kBF16).view({1, 2});
+  const Tensor big = mt::tensor({0x1p100, 0.0, 0.0, 0x1p-70}, DType::kBF16).view({2, 2});
+  const ForceBf16GemmPath kernel(Bf16GemmPath::kAvx512Bf16);
+  expect_values(mt::test::matmul(tiny, big, DType::kF32), {0.0, 0.0}, kExact, "AVX512-BF16 kernel: DAZ and FTZ");
+  const ForceBf16GemmPath widen(Bf16GemmPath::kWidenSgemm);
+  expect_values(mt::test::matmul(tiny, big, DType::kF32), {0x1p-30, 0x1p-140}, kExact, "widen + sgemm: exact");
 }
 
 BOOST_AUTO_TEST_CASE(matmul_shape_rules, MT_CPU_TEST) {

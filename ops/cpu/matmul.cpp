@@ -6,7 +6,10 @@
 // only other layouts (strided in both dims, broadcast rows) are copied.
 // f16/bf16 are widened to f32 (exact), multiplied by sgemm with f32
 // accumulation, and rounded once to the result dtype: the numerics a Tensor
-// Core GEMM promises. When a 2-D right operand meets a batch whose rows are
+// Core GEMM promises. On a CPU with AVX512-BF16, bf16 operands go as they lie
+// to gemm_bf16 instead (ops/cpu/gemm_bf16.h: the same f32 accumulation of
+// exact products, bf16 subnormal operands read as zero), which writes the
+// rounded result itself. When a 2-D right operand meets a batch whose rows are
 // evenly spaced (x @ W in a Linear layer), the batch folds into one gemm.
 // Batches otherwise run one gemm after another with BLAS's own threads
 // (measured: spreading small products over OpenMP threads, each calling a
@@ -20,6 +23,8 @@
 #include <vector>
 
 #include <cblas.h>
+
+#include <mixtape/ops/cpu/gemm_bf16.h>
 
 namespace mixtape::kernels::cpu {
 
@@ -60,13 +65,19 @@ int blas_int(int64_t v, const Tensor& a, const Tensor& b) {
 }
 
 /// C (m x n, row-major, ldc) = op(A) op(B), overwriting C.
-template <class G>
-void gemm(const BlasOperand& oa, const BlasOperand& ob, int m, int n, int k, const G* a, int lda, const G* b, int ldb,
-          G* c, int ldc) {
-  if constexpr (std::is_same_v<G, float>)
-    cblas_sgemm(CblasRowMajor, oa.trans, ob.trans, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-  else
-    cblas_dgemm(CblasRowMajor, oa.trans, ob.trans, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+void gemm(const BlasOperand& oa, const BlasOperand& ob, int m, int n, int k, const float* a, int lda, const float* b,
+          int ldb, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, oa.trans, ob.trans, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+}
+void gemm(const BlasOperand& oa, const BlasOperand& ob, int m, int n, int k, const double* a, int lda, const double* b,
+          int ldb, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, oa.trans, ob.trans, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+}
+/// C is f32, or bf16 rounded once from the f32 sums.
+template <class C>
+void gemm(const BlasOperand& oa, const BlasOperand& ob, int m, int n, int k, const BFloat16* a, int lda,
+          const BFloat16* b, int ldb, C* c, int ldc) {
+  gemm_bf16(m, n, k, {a, lda, oa.trans == CblasTrans}, {b, ldb, ob.trans == CblasTrans}, c, ldc);
 }
 
 /// Whether the batch dims and the row dim of `t` (batch..., m, k) step evenly,
@@ -82,7 +93,8 @@ bool rows_fold(const Tensor& t, int64_t ld) {
 }
 
 /// c (batch..., m, n), contiguous, = a (batch..., m, k) @ b (batch..., k, n); a and b already broadcast.
-template <class G>
+/// T: the operands' element type, C: the result's.
+template <class T, class C>
 void batched_gemm(const Tensor& a_in, const Tensor& b_in, const Shape& batch, const Tensor& c) {
   const int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   auto [a_ready, oa] = blas_ready(a_in);
@@ -93,16 +105,16 @@ void batched_gemm(const Tensor& a_in, const Tensor& b_in, const Shape& batch, co
   const Tensor a = raw::expand(a_ready, a_full), b = raw::expand(b_ready, b_full);
   const int64_t batches = batch.numel();
 
-  const G* a_ptr = static_cast<const G*>(a.data_ptr());
-  const G* b_ptr = static_cast<const G*>(b.data_ptr());
-  G* c_ptr = static_cast<G*>(c.data_ptr());
+  const T* a_ptr = static_cast<const T*>(a.data_ptr());
+  const T* b_ptr = static_cast<const T*>(b.data_ptr());
+  C* c_ptr = static_cast<C*>(c.data_ptr());
   const int lda = blas_int(oa.ld, a, b), ldb = blas_int(ob.ld, a, b);
 
   bool b_shared = true;  // the same right matrix for every batch
   for (int64_t d = 0; d < batch.size(); ++d) b_shared = b_shared && (batch[d] == 1 || b.stride(d) == 0);
   if (batches == 1 || (b_shared && oa.trans == CblasNoTrans && rows_fold(a, oa.ld))) {
-    gemm<G>(oa, ob, blas_int(batches * m, a, b), blas_int(n, a, b), blas_int(k, a, b), a_ptr, lda, b_ptr, ldb, c_ptr,
-            blas_int(n, a, b));
+    gemm(oa, ob, blas_int(batches * m, a, b), blas_int(n, a, b), blas_int(k, a, b), a_ptr, lda, b_ptr, ldb, c_ptr,
+         blas_int(n, a, b));
     return;
   }
   for (int64_t i = 0; i < batches; ++i) {
@@ -113,8 +125,8 @@ void batched_gemm(const Tensor& a_in, const Tensor& b_in, const Shape& batch, co
       off_a += idx * a.stride(d);
       off_b += idx * b.stride(d);
     }
-    gemm<G>(oa, ob, blas_int(m, a, b), blas_int(n, a, b), blas_int(k, a, b), a_ptr + off_a, lda, b_ptr + off_b, ldb,
-            c_ptr + i * m * n, blas_int(n, a, b));
+    gemm(oa, ob, blas_int(m, a, b), blas_int(n, a, b), blas_int(k, a, b), a_ptr + off_a, lda, b_ptr + off_b, ldb,
+         c_ptr + i * m * n, blas_int(n, a, b));
   }
 }
 
@@ -134,6 +146,20 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, DType out_dtype) {
   if (a_in.dim() != 1) result_shape.push_back(m);
   if (b_in.dim() != 1) result_shape.push_back(n);
 
+  // bf16 on AVX512-BF16: a bf16 result rounded straight from the kernel's f32 sums; any other dtype from f32.
+  if (a.dtype() == DType::kBF16 && use_gemm_bf16(m, n, k)) {
+    const DType c_dtype = out_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+    Tensor c = empty(full, c_dtype);
+    if (c.numel() > 0) {
+      if (c_dtype == DType::kBF16)
+        batched_gemm<BFloat16, BFloat16>(a, b, batch, c);
+      else
+        batched_gemm<BFloat16, float>(a, b, batch, c);
+    }
+    if (out_dtype != c_dtype) c = raw::to(c, out_dtype);
+    return raw::view(c, result_shape);
+  }
+
   // f16/bf16 widen exactly to f32 (a contiguous copy, so any layout is fine).
   const bool f64 = a.dtype() == DType::kF64;
   if (is_reduced_float(a.dtype())) {
@@ -146,9 +172,9 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, DType out_dtype) {
     if (k == 0) {
       raw::fill_(c, 0.0);
     } else if (f64) {
-      batched_gemm<double>(a, b, batch, c);
+      batched_gemm<double, double>(a, b, batch, c);
     } else {
-      batched_gemm<float>(a, b, batch, c);
+      batched_gemm<float, float>(a, b, batch, c);
     }
   }
   if (out_dtype != gemm_dtype) c = raw::to(c, out_dtype);  // the one rounding of f16/bf16 results
