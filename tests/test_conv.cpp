@@ -152,6 +152,40 @@ BOOST_AUTO_TEST_CASE(conv2d_unbatched_equals_a_batch_of_one, MT_CPU_TEST) {
   mt::test::expect_close(y, y4.squeeze(0), {0, 0}, "unbatched conv2d");
 }
 
+BOOST_AUTO_TEST_CASE(conv2d_in_chunks_equals_one_sample_at_a_time, MT_CPU_TEST) {
+  // One sample's columns here are 16·3·3 rows x 51·51 positions: 1.5 MB in f32 (the accumulation dtype of bf16
+  // too), 3 MB in f64. Against ops/conv.cpp's 4 MiB budget a batch of 5 runs as chunks of 2, 2 and 1 samples (f32,
+  // bf16) or 5 chunks of 1 (f64); a batch of 1 is always one chunk, so sample by sample is the reference. y and dX
+  // come from the same per-sample GEMMs and must match exactly.
+  for (DType dt : {mt::kF32, mt::kF64, mt::kBF16}) {
+    BOOST_TEST_CONTEXT("dtype " << dt) {
+      const Tensor x0 = randn_seeded({5, 16, 53, 53}, dt, 41), w0 = randn_seeded({4, 16, 3, 3}, dt, 42);
+      const Tensor b0 = randn_seeded({4}, dt, 43), dy = randn_seeded({5, 4, 51, 51}, dt, 44);
+      const Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
+      const Tensor y = mt::conv2d(x, w, b);
+      y.backward(dy);
+      BOOST_TEST(w.grad().dtype() == dt);
+      // dW and db against the same values in f64, sample by sample, summed in f64: f32 reassociates 5·51·51 = 13 005
+      // products per element (|Σ| ~ 100, error ~1e-5 relative); bf16 adds the one rounding of its f32 sum.
+      const Tensor wr = w0.to(mt::kF64).detach().requires_grad_(), br = b0.to(mt::kF64).detach().requires_grad_();
+      for (int64_t i = 0; i < 5; ++i) {
+        const Tensor xi = x0.slice(0, i, i + 1).detach().requires_grad_();
+        const Tensor yi = mt::conv2d(xi, w0, b0);
+        yi.backward(dy.slice(0, i, i + 1));
+        const std::string at = "sample " + std::to_string(i);
+        expect_close(y.slice(0, i, i + 1), yi, mt::test::kExact, "conv2d y, " + at);
+        expect_close(x.grad().slice(0, i, i + 1), xi.grad(), mt::test::kExact, "conv2d dx, " + at);
+        mt::conv2d(x0.slice(0, i, i + 1).to(mt::kF64), wr, br).backward(dy.slice(0, i, i + 1).to(mt::kF64));
+      }
+      const mt::test::Tolerance tol = dt == mt::kBF16 ? mt::test::Tolerance{1.6e-2, 1e-2}
+                                      : dt == mt::kF32 ? mt::test::Tolerance{1e-5, 1e-4}
+                                                       : mt::test::Tolerance{1e-12, 1e-10};
+      expect_close(w.grad(), wr.grad(), tol, "conv2d dweight");
+      expect_close(b.grad(), br.grad(), tol, "conv2d dbias");
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes, MT_CPU_TEST) {
   const Tensor img = mt::randn({3, 28, 28});
   expect_error([&] { mt::conv2d(mt::randn({28, 28}), mt::randn({8, 1, 3, 3})); },

@@ -57,6 +57,26 @@ BOOST_AUTO_TEST_CASE(dropout_masks, MT_CPU_TEST) {
   mt::test::expect_close(d1, d2, {0, 0}, "manual_seed");
 }
 
+BOOST_AUTO_TEST_CASE(dropout_mask_is_philox_element_by_element, MT_CPU_TEST) {
+  // The CPU kernel's vector path (AVX-512 when the CPU has it) against the definition: element i is kept when
+  // uniform_float(philox4x32_10(seed, 0, offset + i)[0]) >= p. Odd sizes leave a scalar tail; the last offset
+  // carries the counter's low word into its high word mid-vector.
+  const uint64_t seed = 0x1234567890abcdefull;
+  for (uint64_t offset : {uint64_t{0}, uint64_t{5}, (uint64_t{1} << 32) - 7})
+    for (double p : {0.0, 0.37, 0.5, 1.0}) {
+      const int64_t n = 10007;
+      const Tensor m = mt::kernels::dropout_mask({n}, p, seed, offset, mt::Device::cpu());
+      const std::vector<double> mv = m.to_vector<double>();
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t words[4];
+        mt::philox4x32_10(seed, 0, offset + static_cast<uint64_t>(i), words);
+        wrong += (mv[static_cast<size_t>(i)] != 0) != (static_cast<double>(mt::uniform_float(words[0])) >= p);
+      }
+      BOOST_TEST(wrong == 0, "offset " << offset << ", p " << p << ": " << wrong << " of " << n << " differ");
+    }
+}
+
 BOOST_AUTO_TEST_CASE(dropout_identity_extremes_and_gradient, MT_CPU_TEST) {
   Tensor x = mt::randn({6, 7}, mt::kF16).requires_grad_();
   BOOST_TEST(mt::dropout(x, 0.5, /*training=*/false).is_same(x));

@@ -103,6 +103,51 @@ BOOST_AUTO_TEST_CASE(max_pool_indices_and_padding, MT_CPU_TEST) {
   BOOST_TEST(std::isnan(mt::max_pool2d(n).to_vector<double>()[0]));
 }
 
+BOOST_AUTO_TEST_CASE(max_pool_ties_and_nans_follow_the_definition, MT_CPU_TEST) {
+  // The kernel's value and index of every window against the rule written out: taps inside the plane in (kh, kw)
+  // order, the first maximum wins, the first NaN wins and stays; -1 (value -inf) when every tap is padding.
+  std::vector<WindowCase> cases = pool_cases();
+  cases.push_back({"k2 s1 p1 d3 (windows of padding only)", {1, 2, 2, 2}, window(2, 1, 1, 3)});
+  for (const WindowCase& c : cases)
+    for (DType dt : {mt::kF32, mt::kBF16})
+      for (bool nans : {false, true}) {
+        const Tensor x = tied(c.input, dt, nans);
+        const mt::kernels::MaxPoolResult r = mt::kernels::max_pool2d(x, c.w);
+        const Shape out = pooled(c.input, c.w);
+        const std::vector<double> xv = x.to_vector<double>(), yv = r.y.to_vector<double>();
+        const std::vector<int64_t> iv = r.indices.to_vector<int64_t>();
+        const int64_t h = c.input[2], wd = c.input[3], planes = c.input[0] * c.input[1];
+        int64_t wrong = 0;
+        for (int64_t nc = 0; nc < planes; ++nc)
+          for (int64_t oh = 0; oh < out[2]; ++oh)
+            for (int64_t ow = 0; ow < out[3]; ++ow) {
+              int64_t at = -1;
+              for (int64_t kh = 0; kh < c.w.kernel[0]; ++kh)
+                for (int64_t kw = 0; kw < c.w.kernel[1]; ++kw) {
+                  const int64_t ih = oh * c.w.stride[0] - c.w.padding[0] + kh * c.w.dilation[0];
+                  const int64_t iw = ow * c.w.stride[1] - c.w.padding[1] + kw * c.w.dilation[1];
+                  if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                  const double v = xv[static_cast<size_t>(nc * h * wd + ih * wd + iw)];
+                  const double best = at < 0 ? 0.0 : xv[static_cast<size_t>(nc * h * wd + at)];
+                  if (at >= 0 && std::isnan(best)) continue;
+                  if (at < 0 || v > best || std::isnan(v)) at = ih * wd + iw;
+                }
+              const size_t o = static_cast<size_t>((nc * out[2] + oh) * out[3] + ow);
+              const double want = at < 0 ? -std::numeric_limits<double>::infinity()
+                                         : xv[static_cast<size_t>(nc * h * wd + at)];
+              const bool same_value = std::isnan(want) ? std::isnan(yv[o]) : yv[o] == want;
+              if (iv[o] != at || !same_value) {
+                if (++wrong <= 3)
+                  BOOST_ERROR(label("max_pool2d", c, dt, nans ? "ties and NaNs" : "ties")
+                              << ": output " << o << " got index " << iv[o] << " value " << yv[o] << ", want " << at
+                              << " value " << want);
+              }
+            }
+        BOOST_TEST(wrong == 0, label("max_pool2d", c, dt, nans ? "ties and NaNs" : "ties") << ": " << wrong
+                                                                                          << " windows differ");
+      }
+}
+
 BOOST_AUTO_TEST_CASE(max_pool_gradient_goes_to_the_argmax_of_every_window, MT_CPU_TEST) {
   // Every 3x3 window (padding 1) of a 3x3 plane holds the centre, the largest value: it gets all 9 gradients.
   Tensor x = mt::from_vector(std::vector<float>{1, 2, 3, 4, 10, 5, 6, 7, 8}, {1, 1, 3, 3}).requires_grad_();

@@ -1,25 +1,100 @@
 // ops/cpu/dropout.cpp — the dropout keep-mask on the CPU.
 //
 // The mask is a pure function of (seed, offset + i): one Philox counter per
-// element, so the CUDA kernel draws the very same mask.
+// element, so the CUDA kernel draws the very same mask. On a CPU with
+// AVX-512 (checked at run time) sixteen counters go through Philox's ten
+// rounds side by side, several times faster than philox4x32_10 one element
+// after another, which stays the portable path and the definition.
 #include <mixtape/ops/backend/kernels.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <immintrin.h>
 
 #include <mixtape/core/random.h>
 #include <mixtape/ops/cpu/loops.h>
 
 namespace mixtape::kernels::cpu {
 
+namespace {
+
+/// Element i is kept when uniform_float(word) >= p, word = philox4x32_10(seed, 0, offset + i)[0]. uniform_float is
+/// (word >> 8) · 2^-24, exact, so that is the integer test (word >> 8) >= ceil(p · 2^24).
+uint32_t keep_threshold(double p) { return static_cast<uint32_t>(std::ceil(p * 16777216.0)); }
+
+void keep_scalar(uint64_t seed, uint64_t first, int64_t count, uint32_t threshold, bool* m) {
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t words[4];
+    philox4x32_10(seed, 0, first + static_cast<uint64_t>(i), words);
+    m[i] = (words[0] >> 8) >= threshold;
+  }
+}
+
+bool has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return has;
+}
+
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_epi32() as the unused merge source, which -Wmaybe-uninitialized
+// reports once inlined (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+/// keep_scalar, sixteen counters per vector. _mm512_mul_epu32 multiplies the even 32-bit lanes into 64-bit
+/// products; the odd lanes go through it shifted down, and blends put the high and low halves back in lane order.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void keep_avx512(uint64_t seed, uint64_t first, int64_t count,
+                                                                      uint32_t threshold, bool* m) {
+  const __m512i lane = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512i m0 = _mm512_set1_epi64(0xD2511F53), m1 = _mm512_set1_epi64(0xCD9E8D57);
+  const __m512i t = _mm512_set1_epi32(static_cast<int>(threshold));
+  constexpr __mmask16 kOdd = 0xAAAA;
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    // Counters first + i + j as (lo, hi) words: two vectors of 64-bit counters, split into 32-bit lanes.
+    const __m512i base = _mm512_set1_epi64(static_cast<long long>(first + static_cast<uint64_t>(i)));
+    const __m512i ca = _mm512_add_epi64(base, lane), cb = _mm512_add_epi64(ca, _mm512_set1_epi64(8));
+    const __m512i idx_lo = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i idx_hi = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    __m512i c0 = _mm512_permutex2var_epi32(ca, idx_lo, cb), c1 = _mm512_permutex2var_epi32(ca, idx_hi, cb);
+    __m512i c2 = _mm512_setzero_si512(), c3 = _mm512_setzero_si512();
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    for (int round = 0; round < 10; ++round) {
+      const __m512i e0 = _mm512_mul_epu32(c0, m0), o0 = _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), m0);
+      const __m512i e1 = _mm512_mul_epu32(c2, m1), o1 = _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), m1);
+      const __m512i hi0 = _mm512_mask_blend_epi32(kOdd, _mm512_srli_epi64(e0, 32), o0);
+      const __m512i lo0 = _mm512_mask_blend_epi32(kOdd, e0, _mm512_slli_epi64(o0, 32));
+      const __m512i hi1 = _mm512_mask_blend_epi32(kOdd, _mm512_srli_epi64(e1, 32), o1);
+      const __m512i lo1 = _mm512_mask_blend_epi32(kOdd, e1, _mm512_slli_epi64(o1, 32));
+      c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
+      c1 = lo1;
+      c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
+      c3 = lo0;
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    const __mmask16 keep = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(c0, 8), t);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(m + i), _mm_maskz_set1_epi8(keep, 1));
+  }
+  keep_scalar(seed, first + static_cast<uint64_t>(i), count - i, threshold, m + i);
+}
+#pragma GCC diagnostic pop
+
+}  // namespace
+
 Tensor dropout_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset, Device device) {
   Tensor mask = empty(shape, DType::kBool);
   bool* m = mask.data<bool>();
   const int64_t n = mask.numel();
-  // One Philox counter per element (its first word): the mask of element i
-  // depends on (seed, offset + i) only, never on the thread count or device.
+  const uint32_t threshold = keep_threshold(p);
+  const auto keep = has_avx512() ? keep_avx512 : keep_scalar;
+  constexpr int64_t kGrain = 1 << 14;
+  const int64_t ranges = (n + kGrain - 1) / kGrain;
+  // Element i depends on (seed, offset + i) only, never on the thread count, the range or the device.
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t words[4];
-    philox4x32_10(seed, 0, offset + static_cast<uint64_t>(i), words);
-    m[i] = static_cast<double>(uniform_float(words[0])) >= p;
+  for (int64_t r = 0; r < ranges; ++r) {
+    const int64_t first = r * kGrain;
+    keep(seed, offset + static_cast<uint64_t>(first), std::min(kGrain, n - first), threshold, m + first);
   }
   return raw::to(mask, device);
 }
