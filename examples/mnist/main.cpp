@@ -8,7 +8,6 @@
 // test accuracy is counted on the device and read once per epoch. (fp16's GradScaler::step reads its found-inf
 // flag each step: that is the library's one synchronisation, not this program's.)
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -35,8 +34,8 @@
 #include "models.h"
 #include "progress.h"
 
-// OpenBLAS keeps its own thread pool (the pthreads build ignores OpenMP's setting); weak, so that a BLAS without
-// this knob still links and runs.
+// OpenBLAS's OpenMP build (what mixtape links when it can) follows omp_set_num_threads; its pthreads build keeps a
+// pool of its own, which needs telling. Weak, so that a BLAS without this knob still links and runs.
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace {
@@ -56,6 +55,7 @@ struct Options {
   std::string precision = "fp32";
   std::string device = "auto";
   std::string optimizer = "adamw";
+  std::string schedule = "cosine";
   int epochs = 1;
   int64_t batch_size = 128;
   std::optional<double> lr;
@@ -173,18 +173,13 @@ void write_plot(const std::string& png, const Metrics& metrics, const std::strin
 
 // ---- checkpoints ---------------------------------------------------------------------------------------------------
 
-void add_prefixed(mt::StateDict& into, const std::string& prefix, const mt::StateDict& from) {
-  for (const auto& [key, value] : from) into.insert(prefix + key, value.cpu());
-}
-
-/// The entries of `from` under `prefix`, the prefix removed; "state." entries of an optimizer go to `device`.
-mt::StateDict take_prefixed(const mt::StateDict& from, const std::string& prefix, std::optional<mt::Device> device) {
+/// A checkpoint part on `device`; of an optimizer's, only the per-parameter "state." tensors move (its group
+/// options stay host scalars).
+mt::StateDict part_on(const mt::data::Checkpoint& checkpoint, const std::string& name, mt::Device device) {
   mt::StateDict out;
-  for (const auto& [key, value] : from) {
-    if (key.rfind(prefix, 0) != 0) continue;
-    std::string rest = key.substr(prefix.size());
-    const bool move = device && (prefix != "optimizer." || rest.rfind("state.", 0) == 0);
-    out.insert(std::move(rest), move ? value.to(*device) : value);
+  for (const auto& [key, value] : checkpoint.part(name)) {
+    const bool move = name != "optimizer" || key.rfind("state.", 0) == 0;
+    out.insert(key, move ? value.to(device) : value);
   }
   return out;
 }
@@ -244,32 +239,46 @@ int run(const Options& opt) {
     optimizer = std::make_unique<mt::optim::AdamW>(model->parameters(),
                                                    mt::optim::AdamWOptions{.lr = opt.lr.value_or(1e-3)});
   mt::amp::GradScaler scaler({.enabled = fp16});  // bf16 has f32's exponent range: no scaling
+  // The schedule spans the whole run (--epochs), stepped once per batch; "constant" keeps --lr throughout.
+  const int64_t steps_per_epoch = static_cast<int64_t>(train_set.size()) / opt.batch_size;  // drop_last
+  std::unique_ptr<mt::optim::LRScheduler> schedule;
+  if (opt.schedule == "cosine")
+    schedule = std::make_unique<mt::optim::CosineAnnealingLR>(*optimizer, opt.epochs * steps_per_epoch);
+  else if (opt.schedule == "onecycle")
+    schedule = std::make_unique<mt::optim::OneCycleLR>(
+        *optimizer,
+        mt::optim::OneCycleLROptions{.max_lr = optimizer->lr(0), .total_steps = opt.epochs * steps_per_epoch});
 
   int first_epoch = 0;
   int64_t step = 0;  // optimizer steps taken (including skipped ones), over every run of this checkpoint
   if (!opt.resume.empty()) {
     if (!fs::exists(opt.resume)) throw UsageError("--resume: no such file: " + opt.resume);
-    const mt::data::SafetensorsFile file = mt::data::load_safetensors(opt.resume);
+    const mt::data::Checkpoint checkpoint = mt::data::load_checkpoint(opt.resume);
     auto meta = [&](const std::string& key) {
-      auto it = file.metadata.find(key);
-      if (it == file.metadata.end()) throw UsageError("--resume: " + opt.resume + " has no '" + key + "' metadata");
+      auto it = checkpoint.metadata.find(key);
+      if (it == checkpoint.metadata.end())
+        throw UsageError("--resume: " + opt.resume + " has no '" + key + "' metadata");
       return it->second;
     };
-    for (const char* key : {"model", "precision", "optimizer"}) {
-      const std::string want = key == std::string("model")       ? opt.model
-                               : key == std::string("precision") ? opt.precision
-                                                                 : opt.optimizer;
+    // A decaying schedule spans the run's --epochs: a resumed run must ask for the same number to stay on it.
+    std::map<std::string, std::string> must_match = {
+        {"model", opt.model}, {"precision", opt.precision}, {"optimizer", opt.optimizer}, {"schedule", opt.schedule}};
+    if (opt.schedule != "constant") must_match["epochs"] = std::to_string(opt.epochs);
+    for (const auto& [key, want] : must_match)
       if (meta(key) != want)
-        throw UsageError("--resume: " + opt.resume + " holds a " + key + " '" + meta(key) + "', not '" + want + "'");
-    }
-    model->load_state_dict(take_prefixed(file.tensors, "model.", device));
-    optimizer->load_state_dict(take_prefixed(file.tensors, "optimizer.", device));
-    if (fp16) scaler.load_state_dict(take_prefixed(file.tensors, "scaler.", std::nullopt));
+        throw UsageError("--resume: " + opt.resume + " holds " + key + " '" + meta(key) + "', not '" + want + "'" +
+                         (key == "epochs" ? " (its --schedule spans that many epochs)" : ""));
+    model->load_state_dict(part_on(checkpoint, "model", device));
+    optimizer->load_state_dict(part_on(checkpoint, "optimizer", device));  // lr and initial_lr too
+    if (schedule) schedule->load_state_dict(checkpoint.part("scheduler"));
+    if (fp16) scaler.load_state_dict(checkpoint.part("scaler"));
+    mt::default_generator().set_state(checkpoint.rng);  // dropout continues with the masks it would have drawn
     first_epoch = std::stoi(meta("epoch"));
-    step = std::stoll(meta("step"));
+    step = checkpoint.step;
     if (first_epoch >= opt.epochs)
       throw UsageError("--resume: " + opt.resume + " has already trained " + std::to_string(first_epoch) +
-                       " epoch(s); ask for more with --epochs");
+                       " epoch(s)" +
+                       (opt.schedule == "constant" ? "; ask for more with --epochs" : ", all of its run"));
     std::cerr << "resumed from " << opt.resume << " after epoch " << first_epoch << " (step " << step << ")\n";
   }
 
@@ -309,6 +318,7 @@ int run(const Options& opt) {
         loss.backward();
         optimizer->step();
       }
+      if (schedule) schedule->step();
       {
         mt::autograd::NoGradGuard no_grad;
         loss_sum = loss_sum + loss.detach();
@@ -345,17 +355,16 @@ int run(const Options& opt) {
     std::cerr << line << scaling << '\n';
 
     if (!opt.save.empty()) {
-      mt::StateDict state;
-      add_prefixed(state, "model.", model->state_dict());
-      add_prefixed(state, "optimizer.", optimizer->state_dict());
-      add_prefixed(state, "scaler.", scaler.state_dict());
-      const std::map<std::string, std::string> meta = {
-          {"epoch", std::to_string(epoch + 1)}, {"step", std::to_string(step)}, {"model", opt.model},
-          {"precision", opt.precision},          {"optimizer", opt.optimizer},  {"dataset", train_set.name()},
-          {"accuracy", std::to_string(accuracy)}};
-      const std::string tmp = opt.save + ".tmp";  // a crash mid-write leaves the previous checkpoint whole
-      mt::data::save_safetensors(tmp, state, meta);
-      fs::rename(tmp, opt.save);
+      mt::data::Checkpoint checkpoint{.step = step, .rng = mt::default_generator().state()};
+      checkpoint.parts["model"] = model->state_dict();
+      checkpoint.parts["optimizer"] = optimizer->state_dict();
+      checkpoint.parts["scaler"] = scaler.state_dict();
+      if (schedule) checkpoint.parts["scheduler"] = schedule->state_dict();
+      checkpoint.metadata = {{"epoch", std::to_string(epoch + 1)}, {"model", opt.model},
+                             {"precision", opt.precision},          {"optimizer", opt.optimizer},
+                             {"schedule", opt.schedule},            {"epochs", std::to_string(opt.epochs)},
+                             {"dataset", train_set.name()},          {"accuracy", std::to_string(accuracy)}};
+      mt::data::save_checkpoint(opt.save, checkpoint);  // atomic: a crash mid-write leaves the previous one whole
     }
   }
 
@@ -370,11 +379,6 @@ int run(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // OpenMP's threads spin between parallel regions by default. With the loader's prefetch thread and OpenBLAS's
-  // pool beside them, and on a shared machine, spinning cost 17x on 2 cores (1,400 instead of 25,000 samples/s
-  // for the MLP). libgomp reads the policy once, before main: so set it and start again, unless the user chose.
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr && setenv("OMP_WAIT_POLICY", "passive", 1) == 0)
-    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
   Options opt;
   CLI::App app{"Trains an MLP or a CNN on MNIST with mixtape, in fp32, fp16 or bf16, on the CPU or a GPU.", "mnist"};
   app.option_defaults()->always_capture_default();
@@ -402,6 +406,8 @@ int main(int argc, char** argv) {
       ->check(positive);
   app.add_option("--optimizer", opt.optimizer, "adamw, or sgd (momentum 0.9)")
       ->check(CLI::IsMember({"sgd", "adamw"}));
+  app.add_option("--schedule", opt.schedule, "learning rate over the run: cosine decay to 0, onecycle, or constant")
+      ->check(CLI::IsMember({"cosine", "onecycle", "constant"}));
   app.add_option("--seed", opt.seed, "seed of the initialisation, the shuffling and dropout");
   app.add_option("--threads", opt.threads, "CPU threads (OpenMP, OpenBLAS)")->check(positive);
   app.add_option("--data", opt.data,
