@@ -39,7 +39,8 @@ Shape infer_size(const Shape& shape, int64_t numel, const char* op) {
       infer = i;
     } else {
       MT_CHECK(shape[i] >= 0, op, ": invalid size ", shape[i], " at dim ", i, " (shape ", shape, ")");
-      known *= shape[i];
+      MT_CHECK(!__builtin_mul_overflow(known, shape[i], &known), op, ": shape ", shape,
+               " has more elements than a 64-bit count holds");
     }
   }
   if (infer >= 0) {
@@ -182,8 +183,10 @@ Tensor slice(const Tensor& x, int64_t dim_in, int64_t start, int64_t end, int64_
   start = clamp(start);
   end = std::max(clamp(end), start);
   Shape sh = x.shape(), st = x.strides();
-  sh[d] = (end - start + step - 1) / step;
-  st[d] *= step;
+  sh[d] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for steps near INT64_MAX
+  if (sh[d] <= 1) step = 1;                                 // a stride never used: keep it from overflowing
+  MT_CHECK(!__builtin_mul_overflow(st[d], step, &st[d]), "slice: step ", step, " times stride ", st[d],
+           " overflows (shape ", x.shape(), ")");
   return make_view(x, sh, st, x.storage_offset() + start * x.strides()[d]);
 }
 
@@ -214,6 +217,8 @@ Tensor expand(const Tensor& x, const Shape& target) {
     }
     int64_t have = x.shape()[i - lead];
     int64_t want = target[i] == -1 ? have : target[i];
+    MT_CHECK(want >= 0, "expand: size ", target[i], " at dim ", i, " (only -1, keep the size, may be negative; ",
+             "target ", target, ")");
     MT_CHECK(have == want || have == 1, "expand: the size of dim ", i - lead, " (", have,
              ") must match the target size ", want, " or be 1 (shape ", x.shape(), " to ", target, ")");
     sh[i] = want;
@@ -473,8 +478,9 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
 
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options) {
-  MT_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ", values.size(),
-           " values do not fill shape ", shape, " (", shape.numel(), " elements)");
+  const int64_t numel = checked_numel(shape, "from_vector");
+  MT_CHECK(static_cast<int64_t>(values.size()) == numel, "from_vector: ", values.size(),
+           " values do not fill shape ", shape, " (", numel, " elements)");
   Tensor host = empty(shape, TensorOptions(dtype_v<T>));
   if constexpr (std::is_same_v<T, bool>) {
     auto* p = static_cast<bool*>(host.data_ptr());

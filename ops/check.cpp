@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <sstream>
 #include <string>
 
@@ -95,11 +96,20 @@ void window(const char* op, const Shape& input_shape, const kernels::Window2d& w
   for (int a = 0; a < 2; ++a)
     MT_CHECK(w.kernel[a] > 0 && w.stride[a] > 0 && w.dilation[a] > 0 && w.padding[a] >= 0, op,
              ": kernel, stride and dilation must be positive and padding non-negative, got ", describe(w));
+  int64_t out[2];
   for (int a = 0; a < 2; ++a) {
-    const int64_t span = w.dilation[a] * (w.kernel[a] - 1) + 1, padded = input_shape[2 + a] + 2 * w.padding[a];
+    int64_t span = 0, padded = 0;
+    MT_CHECK(!__builtin_mul_overflow(w.dilation[a], w.kernel[a] - 1, &span) && span < INT64_MAX &&
+                 !__builtin_mul_overflow(w.padding[a], 2, &padded) &&
+                 !__builtin_add_overflow(padded, input_shape[2 + a], &padded),
+             op, ": the window's sizes overflow 64 bits (input shape ", input_shape, ", ", describe(w), ")");
+    ++span;
     MT_CHECK(span <= padded, op, ": the ", a == 0 ? "height" : "width", " of the (dilated) kernel, ", span,
              ", exceeds the padded input's, ", padded, " (input shape ", input_shape, ", ", describe(w), ")");
+    out[a] = kernels::window_output_size(input_shape[2 + a], w, a);
   }
+  // The output, and the columns a convolution unfolds it into, must be countable before anything is allocated.
+  (void)checked_numel(Shape{input_shape[0], input_shape[1], w.kernel[0], w.kernel[1], out[0], out[1]}, op);
 }
 
 void pool_padding(const char* op, const kernels::Window2d& w) {

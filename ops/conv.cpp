@@ -43,18 +43,12 @@ void check_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   MT_CHECK(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
            "conv2d: input, weight and bias must share a dtype, got ", x.dtype(), ", ", weight.dtype(), " and ",
            bias.defined() ? dtype_name(bias.dtype()) : "no bias", " (cast one, or run under autocast)");
-  for (int a = 0; a < 2; ++a) {
-    MT_CHECK(o.stride[a] > 0 && o.dilation[a] > 0 && o.padding[a] >= 0,
-             "conv2d: stride and dilation must be positive and padding non-negative, got stride ", o.stride[0], "x",
-             o.stride[1], ", padding ", o.padding[0], "x", o.padding[1], ", dilation ", o.dilation[0], "x",
-             o.dilation[1]);
-    const int64_t span = o.dilation[a] * (weight.size(2 + a) - 1) + 1;
-    const int64_t padded = x.size(x.dim() - 2 + a) + 2 * o.padding[a];
-    MT_CHECK(span <= padded, "conv2d: the kernel ", a == 0 ? "height" : "width", " (", span,
-             " with dilation) is larger than the padded input's (", padded, "): input ", x.shape(), ", weight ",
-             weight.shape(), ", padding ", o.padding[0], "x", o.padding[1], ", dilation ", o.dilation[0], "x",
-             o.dilation[1]);
-  }
+  // Stride, dilation, padding, the kernel against the padded input, and sizes that would overflow: the window
+  // checks every windowed op shares (on the batched shape).
+  const Shape batched = x.dim() == 4 ? x.shape() : Shape{1, x.size(0), x.size(1), x.size(2)};
+  ops::check::window("conv2d", batched,
+                     {{weight.size(2), weight.size(3)}, {o.stride[0], o.stride[1]}, {o.padding[0], o.padding[1]},
+                      {o.dilation[0], o.dilation[1]}});
 }
 
 /// The CPU's column budget per chunk of samples: six samples of the MNIST net's second conv (663 KB of f32 columns

@@ -179,8 +179,8 @@ Tensor Tensor::narrow(int64_t dim_in, int64_t start, int64_t length) const {
   int64_t d = wrap_dim(dim_in, dim(), "narrow", shape());
   int64_t n = shape()[d];
   if (start < 0) start += n;
-  MT_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start, " and length ", length,
-           " exceed dim ", d, " of size ", n, " (shape ", shape(), ")");
+  MT_CHECK(start >= 0 && length >= 0 && start <= n && length <= n - start, "narrow: start ", start, " and length ",
+           length, " exceed dim ", d, " of size ", n, " (shape ", shape(), ")");
   return slice(d, start, start + length);
 }
 

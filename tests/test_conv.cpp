@@ -195,7 +195,16 @@ BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes, MT_CPU_TEST) {
   expect_error([&] {
                  mt::conv2d(mt::randn({1, 1, 4, 4}), mt::randn({1, 1, 3, 3}), {}, conv_options(1, 0, 2));
                },
-               {"conv2d: the kernel height (5 with dilation) is larger than the padded input's (4)"});
+               {"conv2d: the height of the (dilated) kernel, 5, exceeds the padded input's, 4",
+                "input shape [1, 1, 4, 4]"});
+  // Sizes that would overflow, or whose output could never be allocated, are refused before any allocation.
+  mt::Conv2dOptions huge;
+  huge.padding[0] = huge.padding[1] = int64_t{1} << 40;
+  expect_error([&] { mt::conv2d(mt::randn({1, 1, 4, 4}), mt::randn({1, 1, 3, 3}), {}, huge); },
+               {"conv2d", "more elements than a 64-bit count holds"});
+  huge.padding[0] = int64_t{1} << 62;
+  expect_error([&] { mt::conv2d(mt::randn({1, 1, 4, 4}), mt::randn({1, 1, 3, 3}), {}, huge); },
+               {"conv2d", "overflow 64 bits"});
   expect_error([&] { mt::conv2d(mt::randn({1, 1, 4, 4}), mt::randn({2, 1, 3, 3}), mt::randn({3})); },
                {"conv2d: expected bias of shape [2]", "got [3]"});
   expect_error([&] { mt::conv2d(img, mt::randn({8, 3, 3, 3}, mt::kF64)); },

@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <functional>
+#include <limits>
 #include <regex>
 #include <string>
 #include <vector>
@@ -106,6 +107,21 @@ BOOST_AUTO_TEST_CASE(sizes_that_overflow_are_refused_before_allocating) {
   expect_error([] { mt::arange(0.0, 1e19); }, {"arange", "more than a tensor can hold"});
   // Out of memory names the op and the bytes it wanted (2^59 f32 elements: 2 EiB).
   expect_error([] { mt::zeros({int64_t{1} << 59}); }, {"zeros", "2305843009213693952 bytes", "out of memory"});
+}
+
+BOOST_AUTO_TEST_CASE(views_with_sizes_that_overflow) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  // A product that wraps to the input's element count (2^64 -> 0) is not a valid shape.
+  expect_error([] { mt::zeros({0}).reshape({int64_t{1} << 32, int64_t{1} << 32}); }, {"reshape", "more elements"});
+  expect_error([] { mt::zeros({0}).view({int64_t{1} << 32, int64_t{1} << 32}); }, {"view", "more elements"});
+  expect_error([] { mt::from_vector(std::vector<float>{}, {int64_t{1} << 32, int64_t{1} << 32}); },
+               {"from_vector", "more elements"});
+  expect_error([=] { mt::zeros({2, 3}).narrow(1, 1, kMax); }, {"narrow", "length 9223372036854775807", "size 3"});
+  expect_error([] { mt::zeros({1}).expand({-5}); }, {"expand", "size -5"});
+  // Steps and ends near INT64_MAX are fine: one element, or none.
+  BOOST_TEST(mt::zeros({2, 3}).slice(1, 0, 3, kMax).size(1) == 1);
+  BOOST_TEST(mt::zeros({2, 3}).slice(1, 1, kMax, kMax - 1).size(1) == 1);
+  BOOST_TEST(mt::zeros({2, 3}).slice(1, kMax - 1, kMax).size(1) == 0);
 }
 
 BOOST_AUTO_TEST_CASE(copy_names_itself) {
