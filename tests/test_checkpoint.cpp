@@ -41,19 +41,9 @@ using mt::test::expect_same_bits;
 
 namespace {
 
-/// A fresh directory under the system's temporary directory, removed with its contents when the scope ends.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "mixtape_checkpoint_XXXXXX").string();
-    BOOST_REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+/// A scratch directory of this suite.
+struct TempDir : mt::test::TempDir {
+  TempDir() : mt::test::TempDir("mixtape_checkpoint_") {}
 };
 
 /// Every tensor of `a` and `b` (same keys, same order) bit for bit.

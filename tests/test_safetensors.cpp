@@ -39,26 +39,9 @@ using mt::test::expect_same_bits;
 
 namespace {
 
-/// A fresh directory under the system's temporary directory, removed with its contents when the scope ends.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "mixtape_safetensors_XXXXXX").string();
-    BOOST_REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  /// The names of the directory's entries, sorted.
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
+/// A scratch directory of this suite.
+struct TempDir : mt::test::TempDir {
+  TempDir() : mt::test::TempDir("mixtape_safetensors_") {}
 };
 
 std::string read_bytes(const std::string& path) {

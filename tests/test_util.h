@@ -4,7 +4,13 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
 
 #include <mixtape/core/half.h>
 #include <mixtape/core/raw.h>
@@ -117,6 +123,30 @@ inline double round_to(DType t, double v) {
     default: return v;
   }
 }
+
+/// A fresh directory under the system's temporary directory ("<prefix>XXXXXX"), removed with its contents when the
+/// scope ends.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& prefix) {
+    std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
+    BOOST_REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  TempDir(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  /// The names of the directory's entries, sorted.
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
 
 }  // namespace mixtape::test
 
