@@ -220,7 +220,9 @@ struct CrossEntropy {
       g = kernels::binary(BinaryOp::kAdd, g, kernels::scatter_add(lsm.shape(), 1, t.index, hot));
     }
     const Tensor w = row_scale(dy, ctx.reduction, t, ctx.shapes.batched_target, A);
-    const Tensor dx = kernels::binary(BinaryOp::kMul, g, raw::unsqueeze(w, 1));
+    // where, not the multiply alone: an ignored position's −inf or NaN logits make g NaN there, and 0 · NaN is NaN.
+    const Tensor dx = kernels::where(raw::unsqueeze(t.valid, 1), kernels::binary(BinaryOp::kMul, g, raw::unsqueeze(w, 1)),
+                                     scalar_like(0, A, lsm.device()));
     return raw::to(dx, ctx.input_dtype);
   }
 };

@@ -301,6 +301,44 @@ BOOST_AUTO_TEST_CASE(cross_entropy_ignore_index, MT_CPU_TEST) {
   BOOST_TEST(mt::cross_entropy(inf_row, labels({2, -100})).item<double>() == ce_row(r0, 2), tt::tolerance(1e-12));
 }
 
+// The composed path ((N, C, d1) logits: log_softmax, gather, where) gives the fused path's values and gradients,
+// also where an ignored position holds -inf or NaN logits: its loss and gradient are 0, not NaN (0 * NaN).
+BOOST_AUTO_TEST_CASE(cross_entropy_composed_ignored_nonfinite, MT_CPU_TEST) {
+  const double inf = INFINITY, nan = NAN;
+  // Four positions of three classes; position 1 all -inf, position 2 NaN, both ignored; position 3 one -inf.
+  const std::vector<std::vector<double>> rows = {{1, 2, 3}, {-inf, -inf, -inf}, {nan, 0, nan}, {0.5, -inf, -1}};
+  const std::vector<int64_t> target = {2, -100, -100, 0};
+  std::vector<double> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  for (double eps : {0.0, 0.1}) {
+    for (mt::Reduction red : {mt::Reduction::kMean, mt::Reduction::kSum, mt::Reduction::kNone}) {
+      const CE o{.reduction = red, .label_smoothing = eps};
+      // Fused: (4, 3) rows. Composed: the same positions as (1, 3, 4), class dim 1.
+      Tensor fused_x = mt::from_vector<double>(flat, {4, 3}, mt::kF64).requires_grad_();
+      Tensor composed_x = mt::from_vector<double>(flat, {4, 3}, mt::kF64).t().unsqueeze(0).contiguous();
+      composed_x.requires_grad_();
+      Tensor fused = mt::cross_entropy(fused_x, labels(target), o);
+      Tensor composed = mt::cross_entropy(composed_x, labels(target, {1, 4}), o);
+      const std::vector<double> fv = fused.to_vector<double>(), cv = composed.to_vector<double>();
+      BOOST_REQUIRE_EQUAL(fv.size(), cv.size());
+      // With smoothing, position 3's -inf logit makes its loss +inf on both paths (as in PyTorch).
+      auto same = [](double a, double b) { return a == b || std::abs(a - b) <= 1e-12 * std::max(1.0, std::abs(b)); };
+      for (size_t i = 0; i < fv.size(); ++i) BOOST_TEST(same(cv[i], fv[i]), "loss " << i << ": " << cv[i] << " vs " << fv[i]);
+      mt::sum(fused).backward();
+      mt::sum(composed).backward();
+      const std::vector<double> fg = fused_x.grad().to_vector<double>();
+      const std::vector<double> cg = composed_x.grad().squeeze(0).t().contiguous().to_vector<double>();
+      for (size_t i = 0; i < fg.size(); ++i) {
+        BOOST_TEST_CONTEXT("eps " << eps << ", reduction " << static_cast<int>(red) << ", element " << i) {
+          BOOST_TEST(std::isfinite(cg[i]));
+          BOOST_TEST(same(cg[i], fg[i]), cg[i] << " vs " << fg[i]);
+          if (i / 3 == 1 || i / 3 == 2) BOOST_TEST(cg[i] == 0.0);  // the ignored positions
+        }
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(cross_entropy_label_smoothing_value, MT_CPU_TEST) {
   // PyTorch: loss = (1 − ε)·nll + ε·mean_c(−log p_c); for [[1, 2, 3]], target 2, ε = 0.1: 0.50760596.
   Tensor logits = mt::from_vector<double>({1, 2, 3}, {1, 3}, mt::kF64);
