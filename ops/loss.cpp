@@ -221,8 +221,8 @@ struct CrossEntropy {
     }
     const Tensor w = row_scale(dy, ctx.reduction, t, ctx.shapes.batched_target, A);
     // where, not the multiply alone: an ignored position's −inf or NaN logits make g NaN there, and 0 · NaN is NaN.
-    const Tensor dx = kernels::where(raw::unsqueeze(t.valid, 1), kernels::binary(BinaryOp::kMul, g, raw::unsqueeze(w, 1)),
-                                     scalar_like(0, A, lsm.device()));
+    const Tensor scaled = kernels::binary(BinaryOp::kMul, g, raw::unsqueeze(w, 1));
+    const Tensor dx = kernels::where(raw::unsqueeze(t.valid, 1), scaled, scalar_like(0, A, lsm.device()));
     return raw::to(dx, ctx.input_dtype);
   }
 };

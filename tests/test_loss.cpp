@@ -323,7 +323,9 @@ BOOST_AUTO_TEST_CASE(cross_entropy_composed_ignored_nonfinite, MT_CPU_TEST) {
       BOOST_REQUIRE_EQUAL(fv.size(), cv.size());
       // With smoothing, position 3's -inf logit makes its loss +inf on both paths (as in PyTorch).
       auto same = [](double a, double b) { return a == b || std::abs(a - b) <= 1e-12 * std::max(1.0, std::abs(b)); };
-      for (size_t i = 0; i < fv.size(); ++i) BOOST_TEST(same(cv[i], fv[i]), "loss " << i << ": " << cv[i] << " vs " << fv[i]);
+      for (size_t i = 0; i < fv.size(); ++i) {
+        BOOST_TEST(same(cv[i], fv[i]), "loss " << i << ": " << cv[i] << " vs " << fv[i]);
+      }
       mt::sum(fused).backward();
       mt::sum(composed).backward();
       const std::vector<double> fg = fused_x.grad().to_vector<double>();
