@@ -65,6 +65,16 @@ void record(const std::shared_ptr<Node>& node, Tensor& out) {
   out.impl()->autograd = std::move(meta);
 }
 
+void throw_out_of_host_memory(const char* op, const std::vector<Tensor>& inputs) {
+  std::ostringstream os;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    os << (i ? ", " : "");
+    if (inputs[i].defined()) os << inputs[i].shape() << ' ' << inputs[i].dtype();
+    else os << "undefined";
+  }
+  MT_ERROR(op, ": out of host memory for its working space (inputs ", os.str(), ")");
+}
+
 void check_finite(const Tensor& t, const char* op, const char* direction, const std::string& what) {
   if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0) return;
   // The check's own kernels are not the model's ops: no recording, no checking of themselves.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <new>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -50,6 +51,9 @@ bool requires_grad(const Tensor& t);
 bool has_grad_fn(const Tensor& t);
 /// Anomaly mode: throws when `t` holds a non-finite value (`what` says where: "output", "input 1", ...).
 void check_finite(const Tensor& t, const char* op, const char* direction, const std::string& what);
+/// A std::bad_alloc in `op`'s forward (a kernel's host scratch, the one allocation not checked ahead) as an Error
+/// naming the op and its inputs.
+[[noreturn]] void throw_out_of_host_memory(const char* op, const std::vector<Tensor>& inputs);
 
 // ---- walking the tensor arguments of an op ----
 inline void visit_tensors(const Tensor& t, auto&& f) { f(t); }
@@ -117,6 +121,7 @@ Tensor apply(const Args&... args) {
   static_assert(Op::kPrecision != Precision::kUnset, "every op declares a precision category");
   static const int op_id = register_op<Op>();
   detail::ThreadState& st = detail::state();
+  const OpNameScope name_scope(Op::kName);  // errors beneath (an allocation, a cast) name this op
 
   // 1. The precision rule, on the tensor arguments.
   const Precision p = effective_precision(op_id, Op::kPrecision);
@@ -169,9 +174,14 @@ Tensor apply(const Args&... args) {
   // 3. The forward, recording nothing itself. A kernel it notes (kernels::note_kernel) goes into the trace.
   if (st.trace && !nested) op_hooks().take_noted_kernel();
   Tensor out;
-  {
+  try {
     detail::ForwardScope no_record;
     out = std::apply([&](const auto&... a) { return Op::forward(*ctx, a...); }, cast_args);
+  } catch (const std::bad_alloc&) {
+    // Host working memory (a kernel's scratch) is the one allocation not checked ahead; name the op anyway.
+    std::vector<Tensor> inputs;
+    (detail::visit_tensors(args, [&](const Tensor& t) { inputs.push_back(t); }), ...);
+    detail::throw_out_of_host_memory(Op::kName, inputs);
   }
 
   // 4. Trace, anomaly, the node.

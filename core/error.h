@@ -19,6 +19,25 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Names the op running on this thread for the errors raised beneath it by steps that only know themselves: the
+/// output allocation inside `add` reports "add: cannot allocate ...", not "empty: ...". The outermost scope wins,
+/// as it is what the user called; ops nested inside it keep its name.
+class OpNameScope {
+ public:
+  explicit OpNameScope(const char* op) : m_prev(t_current) {
+    if (!t_current) t_current = op;
+  }
+  ~OpNameScope() { t_current = m_prev; }
+  OpNameScope(const OpNameScope&) = delete;
+  OpNameScope& operator=(const OpNameScope&) = delete;
+  /// The outermost op running on this thread, or `fallback` outside every op.
+  static const char* current_or(const char* fallback) { return t_current ? t_current : fallback; }
+
+ private:
+  static inline thread_local const char* t_current = nullptr;
+  const char* m_prev;
+};
+
 namespace detail {
 
 template <class... Args>

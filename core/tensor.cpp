@@ -415,9 +415,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
 
 namespace {
 
-/// A new contiguous tensor for `op`: its element and byte counts checked before anything is allocated, and an
-/// allocation that fails named after `op` with the bytes it wanted.
-Tensor allocate(const char* op, const Shape& shape, TensorOptions options) {
+/// A new contiguous tensor made by `factory`: its element and byte counts checked before anything is allocated, and
+/// an allocation that fails named after the op the user called (or the factory) with the bytes it wanted.
+Tensor allocate(const char* factory, const Shape& shape, TensorOptions options) {
+  const char* op = OpNameScope::current_or(factory);  // `add` when add allocates its output, else the factory
   const int64_t numel = checked_numel(shape, op);
   size_t nbytes = 0;
   MT_CHECK(!__builtin_mul_overflow(static_cast<size_t>(numel), itemsize(options.dtype()), &nbytes) &&

@@ -221,7 +221,9 @@ Tensor Tensor::unsqueeze(int64_t dim_in) const {
 
 Tensor Tensor::contiguous() const {
   checked();
-  return is_contiguous() ? *this : clone();
+  if (is_contiguous()) return *this;
+  const OpNameScope name_scope("contiguous");  // the clone's errors name what the user called
+  return clone();
 }
 Tensor Tensor::clone() const {
   checked();

@@ -12,6 +12,7 @@
 #include <mixtape/core/random.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/runtime.h>
+#include <mixtape/ops/ops.h>
 
 namespace mt = mixtape;
 namespace utf = boost::unit_test;
@@ -107,6 +108,15 @@ BOOST_AUTO_TEST_CASE(sizes_that_overflow_are_refused_before_allocating) {
   expect_error([] { mt::arange(0.0, 1e19); }, {"arange", "more than a tensor can hold"});
   // Out of memory names the op and the bytes it wanted (2^59 f32 elements: 2 EiB).
   expect_error([] { mt::zeros({int64_t{1} << 59}); }, {"zeros", "2305843009213693952 bytes", "out of memory"});
+  // An expand of 2^62 elements is a view (no memory); what makes it real names the op the user called, not the
+  // allocation beneath it.
+  const mt::Tensor huge = mt::zeros({1}).expand({int64_t{1} << 62});
+  expect_error([&] { (void)huge.contiguous(); }, {"contiguous", "[4611686018427387904]", "more bytes"});
+  expect_error([&] { (void)huge.clone(); }, {"clone", "[4611686018427387904]", "more bytes"});
+  expect_error([&] { (void)mt::exp(huge); }, {"exp", "[4611686018427387904]", "more bytes"});
+  expect_error([&] { (void)(huge * huge); }, {"mul", "[4611686018427387904]", "more bytes"});
+  // A reduction of it needs host scratch beyond any machine's: named too (not a bare std::bad_alloc).
+  expect_error([&] { (void)mt::sum(huge); }, {"sum", "out of host memory", "[4611686018427387904] f32"});
 }
 
 BOOST_AUTO_TEST_CASE(views_with_sizes_that_overflow) {
