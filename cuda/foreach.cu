@@ -34,11 +34,13 @@ using math::NormKind;
 constexpr int kNormThreads = 256;
 constexpr int kMaxNormBlocks = 1024;
 
-/// x = x · inv_scale over x's elements, and *found_inf = 1 when an element (before scaling) is inf or NaN.
+/// x = x · inv_scale over x's elements, and *found_inf = 1 (and *tensor_flag, when given) when an element (before
+/// scaling) is inf or NaN.
 template <class T>
 __global__ void __launch_bounds__(kBlockThreads) unscale_kernel(T* x,                      // (L's shape), strides L[0]
                                                                 OffsetLayout<1> L,
                                                                 float* found_inf,          // (1)
+                                                                float* tensor_flag,        // (1) or null
                                                                 const float* inv_scale) {  // (1)
   using M = opmath_t<T>;
   const M inv = static_cast<M>(*inv_scale);
@@ -50,7 +52,10 @@ __global__ void __launch_bounds__(kBlockThreads) unscale_kernel(T* x,           
     non_finite |= !math::finite(v);
     x[off[0]] = convert<T>(v * inv);
   }
-  if (non_finite) *found_inf = 1.0f;  // every writer writes the same value
+  if (non_finite) {  // every writer writes the same value
+    *found_inf = 1.0f;
+    if (tensor_flag) *tensor_flag = 1.0f;
+  }
 }
 
 /// The loss scale's state machine, by one thread: it overwrites *scale and *growth_tracker.
@@ -152,12 +157,15 @@ void launch_norm(const Tensor& t, opmath_t<T> p, opmath_t<T>* scratch, Out* out)
 void non_finite_check_and_unscale_(std::span<const Tensor> tensors, const Tensor& found_inf, const Tensor& inv_scale) {
   if (tensors.empty()) return;
   DeviceGuard guard(found_inf.device());
-  for (const Tensor& t : tensors) {
+  float* tensor_flags = found_inf.numel() > 1 ? found_inf.data<float>() + 1 : nullptr;  // one per tensor
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
     if (t.numel() == 0) continue;
     dispatch_floating(t.dtype(), "non_finite_check_and_unscale_", [&](auto tag) {
       using T = typename decltype(tag)::type;
       unscale_kernel<T><<<grid_blocks(t.numel()), kBlockThreads, 0, launch_stream()>>>(
-          t.data<T>(), element_layout(t), found_inf.data<float>(), inv_scale.data<float>());
+          t.data<T>(), element_layout(t), found_inf.data<float>(), tensor_flags ? tensor_flags + i : nullptr,
+          inv_scale.data<float>());
       MT_CUDA_CHECK_LAUNCH("unscale_kernel (", t.dtype(), ", shape ", t.shape(), " on ", t.device(), ")");
     });
   }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <functional>
+#include <limits>
 
 namespace {
 
@@ -108,6 +109,37 @@ BOOST_AUTO_TEST_CASE(unscale_matches_f64_reference_and_sets_found_inf, MT_CPU_TE
       }
     }
   }
+}
+
+// With 1 + n elements, found_inf also flags each tensor that held inf/NaN (the GradScaler's per-parameter answer);
+// flags already set stay set, clean tensors leave theirs alone.
+std::vector<Tensor> flagged_list(mt::Device device) {
+  std::vector<Tensor> list = {mt::ones({2, 3}), mt::ones({4}, DType::kF16), mt::ones({3}, DType::kBF16),
+                              mt::ones({2}, DType::kF64), mt::zeros({0})};
+  list[1].set({2}, std::numeric_limits<double>::infinity());
+  list[3].set({0}, std::numeric_limits<double>::quiet_NaN());
+  for (Tensor& t : list) t = mt::raw::to(t, device);
+  return list;
+}
+
+BOOST_AUTO_TEST_CASE(unscale_flags_each_tensor_with_a_non_finite_element, MT_CPU_TEST) {
+  const std::vector<Tensor> list = flagged_list(mt::Device::cpu());
+  const Tensor flags = mt::from_vector<float>({0, 0, 0, 0, 0, 1}, {6});  // the empty tensor's flag was set before
+  kn::non_finite_check_and_unscale_(list, flags, f32_scalar(0.5f));
+  BOOST_TEST(flags.to_vector<float>() == std::vector<float>({1, 0, 1, 0, 1, 1}), boost::test_tools::per_element());
+  expect_values(list[0], std::vector<double>(6, 0.5), kExact, "the clean f32 tensor, unscaled");
+  const Tensor clean = mt::from_vector<float>({0, 0, 0}, {3});
+  kn::non_finite_check_and_unscale_(std::vector<Tensor>{list[0], list[2]}, clean, f32_scalar(0.5f));
+  BOOST_TEST(clean.to_vector<float>() == std::vector<float>({0, 0, 0}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(unscale_flags_each_tensor_on_cuda, MT_GPU_TEST) {
+  const std::vector<Tensor> cpu = flagged_list(mt::Device::cpu()), gpu = flagged_list(mt::Device::cuda());
+  const Tensor flags_cpu = mt::zeros({6}), flags_gpu = mt::zeros({6}, mt::TensorOptions().device(mt::Device::cuda()));
+  kn::non_finite_check_and_unscale_(cpu, flags_cpu, f32_scalar(0.5f));
+  kn::non_finite_check_and_unscale_(gpu, flags_gpu, f32_scalar(0.5f, mt::Device::cuda()));
+  BOOST_TEST(flags_gpu.cpu().to_vector<float>() == flags_cpu.to_vector<float>(), boost::test_tools::per_element());
+  for (size_t i = 0; i < cpu.size(); ++i) expect_same_bits(gpu[i], cpu[i], describe("tensor ", i));
 }
 
 BOOST_AUTO_TEST_CASE(unscale_invariants_are_checked_at_the_entry_point, MT_CPU_TEST) {

@@ -159,8 +159,9 @@ bool cross_entropy_backward_dtypes_ok(const Tensor& logits, const Tensor& target
 }
 
 bool foreach_unscale_ok(std::span<const Tensor> tensors, const Tensor& found_inf, const Tensor& inv_scale) {
-  if (found_inf.dtype() != DType::kF32 || found_inf.numel() != 1 || inv_scale.dtype() != DType::kF32 ||
-      inv_scale.numel() != 1)
+  const auto per_tensor = static_cast<int64_t>(tensors.size()) + 1;
+  if (found_inf.dtype() != DType::kF32 || (found_inf.numel() != 1 && found_inf.numel() != per_tensor) ||
+      !found_inf.is_contiguous() || inv_scale.dtype() != DType::kF32 || inv_scale.numel() != 1)
     return false;
   for (const Tensor& t : tensors)
     if (!t.defined() || !is_floating(t.dtype()) || !writable(t)) return false;
@@ -245,6 +246,18 @@ bool adam_step_ok(std::span<const Tensor> params, std::span<const Tensor> grads,
                   std::span<const Tensor> masters, std::span<const OptimStep> steps, const AdamHyper& hyper) {
   return optim_step_ok(params, grads, {{exp_avgs, true}, {exp_avg_sqs, true}, {max_exp_avg_sqs, hyper.amsgrad}},
                        masters, steps, hyper.stochastic_rounding);
+}
+
+/// The statistics kernels walk flat memory: x contiguous and floating, a multiplier (when given) one f32 element.
+bool numerics_stats_ok(const Tensor& x, const Tensor& multiplier) {
+  return is_floating(x.dtype()) && x.is_contiguous() && (!multiplier.defined() || is_f32_scalar(multiplier));
+}
+
+/// Two contiguous tensors of one shape and floating dtype, and a model dtype lost_updates has a spacing for.
+bool lost_updates_ok(const Tensor& before, const Tensor& after, DType model_dtype) {
+  return is_floating(before.dtype()) && after.dtype() == before.dtype() && after.shape() == before.shape() &&
+         before.is_contiguous() && after.is_contiguous() &&
+         (model_dtype == DType::kF16 || model_dtype == DType::kBF16 || model_dtype == DType::kF32);
 }
 
 // ---- finding the device, describing the arguments -----------------------------------------------

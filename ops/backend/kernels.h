@@ -275,9 +275,11 @@ struct MaxPoolResult {
 // the in-place ones update each tensor in place. None reads a value back to the host: scalars that depend on data
 // (inv_scale, a clip coefficient, found_inf) are one-element tensors on the list's device. Scalar formulas:
 // ops/backend/amp_math.h.
-//   non_finite_check_and_unscale_(tensors, found_inf, inv_scale)  t *= inv_scale for every tensor, and found_inf
-//       (one f32 element) is set to 1 when any element (before scaling) is inf or NaN; left alone otherwise.
-//       inv_scale is one f32 element on the same device.
+//   non_finite_check_and_unscale_(tensors, found_inf, inv_scale)  t *= inv_scale for every tensor, and found_inf[0]
+//       (f32) is set to 1 when any element (before scaling) is inf or NaN; left alone otherwise. found_inf has one
+//       element, or 1 + tensors.size(): then found_inf[1 + i] is also set to 1 when tensors[i] held one (which
+//       parameter's gradient tripped the scaler, without another pass). inv_scale is one f32 element on the same
+//       device.
 //   amp_update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval)  the loss
 //       scale's state machine (PyTorch's _amp_update_scale_), overwriting scale (one f32) and growth_tracker (one
 //       i32): found_inf != 0: scale *= backoff_factor, tracker = 0; else tracker + 1 == growth_interval: scale *=
@@ -361,6 +363,24 @@ struct AdamHyper {
     (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper),                            \
     adam_step_ok(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper))
 
+// Numerics statistics (ops/cpu/numerics.cpp, cuda/numerics.cu), for the numerics inspector (optim/inspect.h). The
+// fields and the exact definition of every count: ops/backend/numerics_math.h. Neither reads a value back to the
+// host: the counts stay on the device until a report reads them. Each count is an integer, so CUDA gives the CPU's
+// result bit for bit whatever the order the blocks add in.
+//   numerics_stats(x, multiplier)  a fresh (kNumericsFields) i64 tensor of statistics of x's values read as f32
+//       (an f64 rounded to f32 first) and, when multiplier is defined (one f32 element), each multiplied by it with
+//       the product rounded to f32 (a gradient's unscaled statistics: multiplier = 1 / scale): the counts, the f32
+//       bits of the amax and the log2-magnitude histogram. x contiguous and floating.
+//   lost_updates(before, after, model_dtype)  a fresh (kLostUpdateFields = 3) i64 tensor [numel, unchanged, lost] of
+//       the update u = after − before (exact): unchanged u == 0, lost 0 < |u| < half the spacing of model_dtype
+//       (f16, bf16 or f32) at before; an element with a non-finite value is in neither. before and after contiguous,
+//       of one shape and floating dtype.
+#define MT_KERNELS_NUMERICS(X)                                                                                 \
+  X(Tensor, numerics_stats, (const Tensor& x, const Tensor& multiplier), (x, multiplier),                     \
+    numerics_stats_ok(x, multiplier))                                                                          \
+  X(Tensor, lost_updates, (const Tensor& before, const Tensor& after, DType model_dtype),                      \
+    (before, after, model_dtype), lost_updates_ok(before, after, model_dtype))
+
 /// Every kernel, in table order.
 #define MT_BACKEND_KERNELS(X)                                                                                  \
   MT_KERNELS_ELEMENTWISE(X)                                                                                    \
@@ -374,7 +394,8 @@ struct AdamHyper {
   MT_KERNELS_DROPOUT(X)                                                                                        \
   MT_KERNELS_INDEX(X)                                                                                          \
   MT_KERNELS_FOREACH(X)                                                                                        \
-  MT_KERNELS_OPTIM(X)
+  MT_KERNELS_OPTIM(X)                                                                                          \
+  MT_KERNELS_NUMERICS(X)
 
 // ---- what is generated from the list -----------------------------------------------------------
 

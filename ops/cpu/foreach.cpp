@@ -65,7 +65,9 @@ M tensor_norm(const Tensor& t, M p) {
 void non_finite_check_and_unscale_(std::span<const Tensor> tensors, const Tensor& found_inf, const Tensor& inv_scale) {
   const float inv = inv_scale.item<float>();
   bool any_non_finite = false;
-  for (const Tensor& t : tensors) {
+  float* tensor_flags = found_inf.numel() > 1 ? found_inf.data<float>() + 1 : nullptr;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
     if (t.numel() == 0) continue;
     dispatch_floating(t.dtype(), "non_finite_check_and_unscale_", [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -78,9 +80,10 @@ void non_finite_check_and_unscale_(std::span<const Tensor> tensors, const Tensor
         v = convert<T>(m * scale);
       });
       any_non_finite |= non_finite;
+      if (non_finite && tensor_flags) tensor_flags[i] = 1.0f;
     });
   }
-  if (any_non_finite) raw::fill_(found_inf, 1.0);
+  if (any_non_finite) *found_inf.data<float>() = 1.0f;
 }
 
 void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
