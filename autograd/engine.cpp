@@ -65,6 +65,14 @@ void record(const std::shared_ptr<Node>& node, Tensor& out) {
   out.impl()->autograd = std::move(meta);
 }
 
+std::shared_ptr<NodeObservation> observe_forward(const char* op, std::span<const Tensor> inputs, const Tensor& out,
+                                                 const char* kernel, bool recorded) {
+  TapeObserver* observer = state().observer;
+  const ObserverScope unobserved(nullptr);  // what the observer computes is not the model's
+  const NoGradGuard no_grad;
+  return observer->on_forward(op, inputs, out, kernel, recorded);
+}
+
 void throw_out_of_host_memory(const char* op, const std::vector<Tensor>& inputs) {
   std::ostringstream os;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -141,6 +149,11 @@ bool anomaly_enabled() { return detail::state().anomaly; }
 DetectAnomaly::DetectAnomaly() : m_prev(detail::state().anomaly) { detail::state().anomaly = true; }
 DetectAnomaly::~DetectAnomaly() { detail::state().anomaly = m_prev; }
 
+ObserverScope::ObserverScope(TapeObserver* observer) : m_prev(detail::state().observer) {
+  detail::state().observer = observer;
+}
+ObserverScope::~ObserverScope() { detail::state().observer = m_prev; }
+
 PrecisionTrace::PrecisionTrace() : m_prev(detail::state().trace) { detail::state().trace = this; }
 PrecisionTrace::~PrecisionTrace() { detail::state().trace = m_prev; }
 void PrecisionTrace::record(const char* op, DType dtype, const char* kernel) {
@@ -207,6 +220,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
            " gradients for ", outputs.size(), " outputs");
   NoGradGuard no_grad;
   amp::Autocast no_autocast(DType::kF16, false);  // each backward runs in the dtype its node recorded
+  const ObserverScope unobserved(nullptr);  // the ops a backward runs are not the model's (nodes report their own)
   const bool anomaly = anomaly_enabled();
   // Ops a backward calls are not part of the forward pass a trace describes.
   struct SuspendTrace {
@@ -286,6 +300,10 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
     Grads grads = n->backward(g);
     MT_CHECK(grads.size() == n->next_edges.size(), n->name(), ": backward returned ", grads.size(),
              " gradients for ", n->next_edges.size(), " inputs");
+    if (n->observation) {
+      NoGradGuard no_grad;  // what the observer computes is not the model's
+      n->observation->on_backward(g, grads, n->next_edges);
+    }
     if (!retain_graph) n->release_saved();
     for (size_t i = 0; i < grads.size(); ++i) {
       const Edge& e = n->next_edges[i];

@@ -17,6 +17,7 @@
 
 #include <mixtape/autograd/autograd.h>
 #include <mixtape/autograd/node.h>
+#include <mixtape/autograd/observer.h>
 #include <mixtape/autograd/precision.h>
 #include <mixtape/autograd/registry.h>
 #include <mixtape/core/raw.h>
@@ -34,6 +35,7 @@ struct ThreadState {
   DType autocast_dtype = DType::kF16;
   int autocast_depth = 0;
   PrecisionTrace* trace = nullptr;
+  TapeObserver* observer = nullptr;  // amp::Inspect, when one is installed (autograd/observer.h)
   bool has_scoped_overrides = false;
   bool in_forward = false;  // inside an op's forward: nested ops are implementation, not model
 };
@@ -51,6 +53,9 @@ bool requires_grad(const Tensor& t);
 bool has_grad_fn(const Tensor& t);
 /// Anomaly mode: throws when `t` holds a non-finite value (`what` says where: "output", "input 1", ...).
 void check_finite(const Tensor& t, const char* op, const char* direction, const std::string& what);
+/// Calls the installed observer's on_forward with recording and the observer itself off.
+std::shared_ptr<NodeObservation> observe_forward(const char* op, std::span<const Tensor> inputs, const Tensor& out,
+                                                 const char* kernel, bool recorded);
 /// A std::bad_alloc in `op`'s forward (a kernel's host scratch, the one allocation not checked ahead) as an Error
 /// naming the op and its inputs.
 [[noreturn]] void throw_out_of_host_memory(const char* op, const std::vector<Tensor>& inputs);
@@ -172,7 +177,8 @@ Tensor apply(const Args&... args) {
   }
 
   // 3. The forward, recording nothing itself. A kernel it notes (kernels::note_kernel) goes into the trace.
-  if (st.trace && !nested) op_hooks().take_noted_kernel();
+  const bool watched = (st.trace || st.observer) && !nested;
+  if (watched) op_hooks().take_noted_kernel();
   Tensor out;
   try {
     detail::ForwardScope no_record;
@@ -184,9 +190,17 @@ Tensor apply(const Args&... args) {
     detail::throw_out_of_host_memory(Op::kName, inputs);
   }
 
-  // 4. Trace, anomaly, the node.
-  if (st.trace && !nested) st.trace->record(Op::kName, out.dtype(), op_hooks().take_noted_kernel());
+  // 4. Trace, anomaly, the observer, the node.
+  const char* kernel = watched ? op_hooks().take_noted_kernel() : nullptr;
+  if (st.trace && !nested) st.trace->record(Op::kName, out.dtype(), kernel);
   if (st.anomaly && !nested) detail::check_finite(out, Op::kName, "forward", "output");
+  if (st.observer && !nested) {
+    std::vector<Tensor> inputs;
+    std::apply([&](const auto&... a) { (detail::visit_tensors(a, [&](const Tensor& t) { inputs.push_back(t); }), ...); },
+               cast_args);
+    std::shared_ptr<NodeObservation> seen = detail::observe_forward(Op::kName, inputs, out, kernel, node != nullptr);
+    if (node) node->observation = std::move(seen);
+  }
   if (node) detail::record(node, out);
   return out;
 }

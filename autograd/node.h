@@ -31,6 +31,8 @@ struct AutogradMeta {
 
 namespace autograd {
 
+class NodeObservation;
+
 /// Where the gradient of one input of a node goes: into another node's output
 /// gradient, or into a leaf's `.grad()`. Both empty: the input needs no gradient.
 struct Edge {
@@ -94,6 +96,8 @@ class Node {
   Shape shape;                             // the output's shape
   Device device;                           // the output's device
   uint64_t sequence_nr = 0;                // position on the thread's tape
+  // What a tape observer (autograd/observer.h) attached at the forward; null unless one was installed.
+  std::shared_ptr<autograd::NodeObservation> observation;
 };
 
 }  // namespace mixtape

@@ -6,6 +6,7 @@
 #include <mixtape/optim/grad_scaler.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -15,6 +16,7 @@
 #include <mixtape/core/raw.h>
 #include <mixtape/ops/backend/kernels.h>
 #include <mixtape/ops/ops.h>
+#include <mixtape/optim/inspect.h>
 
 namespace mixtape::amp {
 
@@ -68,7 +70,9 @@ Tensor GradScaler::scale(const Tensor& loss) {
                             TensorOptions(DType::kI32).device(loss.device()));
   }
   // A 0-d view of the (1) scale, so the product keeps the loss's shape; the scale is a constant of the tape.
-  return mul(loss, raw::reshape(scale_on(loss.device()), Shape{}));
+  const Tensor s = scale_on(loss.device());
+  detail::inspect_note_loss_scale(s);  // an amp::Inspect of this thread measures gradients unscaled too
+  return mul(loss, raw::reshape(s, Shape{}));
 }
 
 std::vector<Tensor> GradScaler::scale(const std::vector<Tensor>& outputs) {
@@ -84,7 +88,7 @@ GradScaler::OptimizerState& GradScaler::state_of(const optim::Optimizer& optimiz
   const std::weak_ptr<const void> token = optimizer.lifetime();
   for (OptimizerState& s : m_states)
     if (same_owner(s.lifetime, token)) return s;
-  m_states.push_back(OptimizerState{token, Stage::kReady, {}});
+  m_states.push_back(OptimizerState{token, Stage::kReady, {}, {}});
   return m_states.back();
 }
 
@@ -99,22 +103,38 @@ void GradScaler::unscale_impl(optim::Optimizer& optimizer, OptimizerState& state
   const Tensor inv_scale =
       raw::to(kernels::scalar(kernels::ScalarOp::kRdiv, raw::to(m_scale, DType::kF64), 1.0), DType::kF32);
   // The gradients by device, in order of first appearance: one multi-tensor pass per device, any dtypes mixed.
-  std::vector<std::pair<Device, std::vector<Tensor>>> by_device;
+  struct DeviceList {
+    Device device;
+    std::vector<Tensor> grads, params;
+    std::vector<size_t> indices;  // in optimizer.parameters()
+  };
+  std::vector<DeviceList> by_device;
+  size_t index = 0;
   for (const optim::ParamGroup& group : optimizer.param_groups())
     for (const Tensor& p : group.params) {
       const Tensor& g = p.grad();
-      if (!g.defined()) continue;
-      auto it = by_device.begin();
-      while (it != by_device.end() && it->first != g.device()) ++it;
-      if (it == by_device.end()) it = by_device.insert(it, {g.device(), {}});
-      it->second.push_back(g);
+      if (g.defined()) {
+        auto it = by_device.begin();
+        while (it != by_device.end() && it->device != g.device()) ++it;
+        if (it == by_device.end()) it = by_device.insert(it, DeviceList{g.device(), {}, {}, {}});
+        it->grads.push_back(g);
+        it->params.push_back(p);
+        it->indices.push_back(index);
+      }
+      ++index;
     }
   state.found_inf_per_device.clear();
-  for (const auto& [device, grads] : by_device) {
-    const Tensor found_inf = zeros({1}, TensorOptions(DType::kF32).device(device));
-    const Tensor inv_here = device == inv_scale.device() ? inv_scale : raw::to(inv_scale, device);
-    kernels::non_finite_check_and_unscale_(grads, found_inf, inv_here);
-    state.found_inf_per_device.push_back(found_inf);
+  state.tensor_flags.clear();
+  for (const DeviceList& list : by_device) {
+    // flags[0]: any gradient of the list held inf/NaN; flags[1 + i]: grads[i] did (the same pass sets both).
+    const auto n = static_cast<int64_t>(list.grads.size());
+    const Tensor flags = zeros({1 + n}, TensorOptions(DType::kF32).device(list.device));
+    const Tensor inv_here = list.device == inv_scale.device() ? inv_scale : raw::to(inv_scale, list.device);
+    kernels::non_finite_check_and_unscale_(list.grads, flags, inv_here);
+    state.found_inf_per_device.push_back(raw::slice(flags, 0, 0, 1));
+    const Tensor per_tensor = raw::slice(flags, 0, 1, 1 + n);
+    state.tensor_flags.push_back({list.indices, per_tensor});
+    detail::inspect_note_non_finite(list.params, per_tensor);
   }
   state.stage = Stage::kUnscaled;
 }
@@ -128,6 +148,23 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   MT_CHECK(state.stage != Stage::kStepped, "GradScaler.unscale_: unscale_() is being called after step() (optimizer ",
            optimizer.name(), "); call update() first");
   unscale_impl(optimizer, state);
+}
+
+std::vector<size_t> GradScaler::non_finite_gradients(const optim::Optimizer& optimizer) const {
+  for (const std::vector<OptimizerState>* states : {&m_states, &m_last_states})
+    for (const OptimizerState& s : *states) {
+      if (!same_owner(s.lifetime, optimizer.lifetime()) || s.tensor_flags.empty()) continue;
+      std::vector<size_t> found;
+      for (const auto& [indices, flags] : s.tensor_flags) {
+        const std::vector<float> f = flags.to_vector<float>();  // the host read, only when asked
+        for (size_t i = 0; i < indices.size(); ++i)
+          if (f[i] != 0) found.push_back(indices[i]);
+      }
+      std::sort(found.begin(), found.end());
+      return found;
+    }
+  MT_ERROR("GradScaler.non_finite_gradients: optimizer ", optimizer.name(), " was not unscaled since the update ",
+           "before last (call it after step() or unscale_())");
 }
 
 bool GradScaler::step(optim::Optimizer& optimizer) {
@@ -168,6 +205,7 @@ void GradScaler::update() {
            "(or unscale_) for each optimizer of this iteration first");
   kernels::amp_update_scale_(m_scale, m_growth_tracker, combined, m_options.growth_factor, m_options.backoff_factor,
                              m_options.growth_interval);
+  m_last_states = std::move(m_states);
   m_states.clear();
 }
 

@@ -68,6 +68,11 @@ class GradScaler {
   /// back. Once per optimizer between two update()s. Disabled: optimizer.step(), returns true.
   bool step(optim::Optimizer& optimizer);
 
+  /// Which of the optimizer's parameters (indices in optimizer.parameters()) had an inf or NaN gradient at its last
+  /// unscale (this step's, or the one the last update() ended): the flags the unscale pass set per gradient, read
+  /// back here (a synchronisation, only when asked). An error when the optimizer was not unscaled in either.
+  std::vector<size_t> non_finite_gradients(const optim::Optimizer& optimizer) const;
+
   /// The new scale from this step's found-inf flags (of every optimizer and device, combined): x backoff_factor
   /// after an inf/NaN, x growth_factor after growth_interval clean steps in a row (only if the result is finite).
   /// Runs on the scale's device; ends the step (unscale_/step may be called again). Disabled: nothing.
@@ -110,6 +115,9 @@ class GradScaler {
     std::weak_ptr<const void> lifetime;
     Stage stage = Stage::kReady;
     std::vector<Tensor> found_inf_per_device;  // (1) f32 each, on each device its gradients live on
+    // Per device: the indices (in optimizer.parameters()) of the gradients unscaled, and their flags ((n) f32,
+    // 1 where that gradient held inf or NaN), set by the same pass as found_inf.
+    std::vector<std::pair<std::vector<size_t>, Tensor>> tensor_flags;
   };
 
   OptimizerState& state_of(const optim::Optimizer& optimizer);
@@ -123,7 +131,8 @@ class GradScaler {
   int64_t m_init_growth_tracker = 0;
   Tensor m_scale;           // (1) f32, created by the first scale()
   Tensor m_growth_tracker;  // (1) i32, on the scale's device
-  std::vector<OptimizerState> m_states;  // the optimizers seen since the last update()
+  std::vector<OptimizerState> m_states;       // the optimizers seen since the last update()
+  std::vector<OptimizerState> m_last_states;  // those of the step the last update() ended
 };
 
 }  // namespace mixtape::amp

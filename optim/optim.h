@@ -6,6 +6,7 @@
 #include <mixtape/optim/adam.h>
 #include <mixtape/optim/clip.h>
 #include <mixtape/optim/grad_scaler.h>
+#include <mixtape/optim/inspect.h>
 #include <mixtape/optim/lr_scheduler.h>
 #include <mixtape/optim/optimizer.h>
 #include <mixtape/optim/sgd.h>

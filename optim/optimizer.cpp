@@ -13,6 +13,7 @@
 
 #include <mixtape/core/random.h>
 #include <mixtape/core/raw.h>
+#include <mixtape/optim/inspect.h>
 
 namespace mixtape::optim {
 
@@ -240,6 +241,7 @@ int64_t Optimizer::begin_update(size_t i) {
   ParamState& s = m_state.at(i);
   const Tensor& p = parameters_at(i);
   if (has_master(p) && !s.has("master")) s.buffers.emplace_back("master", raw::clone(raw::to(p, DType::kF32)));
+  amp::detail::inspect_note_update(p, has_master(p) ? s.buffer("master") : p);  // the lost-update meter
   return ++s.step;
 }
 

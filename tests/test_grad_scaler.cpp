@@ -190,6 +190,34 @@ BOOST_AUTO_TEST_CASE(an_inf_gradient_skips_the_step_and_halves_the_scale, MT_CPU
   }
 }
 
+// The unscale pass flags each gradient that held inf/NaN, in the same pass as found_inf: non_finite_gradients()
+// names the parameters (indices in optimizer.parameters(); one without a gradient keeps its index).
+BOOST_AUTO_TEST_CASE(the_unscale_pass_says_which_gradients_were_not_finite, MT_CPU_TEST) {
+  Tensor w = leaf({0.5, -1.0, 2.0, 0.25}, {2, 2}), unused = leaf({1.0}, {1}), b = leaf({0.1, 0.2}, {2});
+  Descent opt({w, unused, b});
+  GradScaler scaler({.init_scale = 1024.0});
+  const std::vector<Tensor> coefs = {constant({1, 2, 3, 4}, {2, 2}), constant({-1, 1}, {2})};
+  expect_error([&] { scaler.non_finite_gradients(opt); }, {"non_finite_gradients", "was not unscaled"});
+  scaler.scale(linear_loss({w, b}, coefs)).backward();
+  writable_grad(b).set({1}, kNaN);
+  BOOST_TEST(!scaler.step(opt));
+  BOOST_TEST(scaler.non_finite_gradients(opt) == std::vector<size_t>{2}, boost::test_tools::per_element());
+  scaler.update();  // still readable after the update that ended the step
+  BOOST_TEST(scaler.non_finite_gradients(opt) == std::vector<size_t>{2}, boost::test_tools::per_element());
+  opt.zero_grad();
+  scaler.scale(linear_loss({w, b}, coefs)).backward();
+  writable_grad(w).set({0, 0}, kInf);
+  writable_grad(b).set({0}, -kInf);
+  scaler.unscale_(opt);
+  BOOST_TEST(scaler.non_finite_gradients(opt) == std::vector<size_t>({0, 2}), boost::test_tools::per_element());
+  BOOST_TEST(!scaler.step(opt));
+  scaler.update();
+  opt.zero_grad();
+  scaler.scale(linear_loss({w, b}, coefs)).backward();
+  BOOST_TEST(scaler.step(opt));
+  BOOST_TEST(scaler.non_finite_gradients(opt).empty());
+}
+
 BOOST_AUTO_TEST_CASE(the_scale_grows_after_growth_interval_clean_steps, MT_CPU_TEST) {
   Tensor w = leaf({1.0, 2.0}, {2});
   Descent opt({w}, 0.01);
@@ -765,6 +793,19 @@ BOOST_AUTO_TEST_CASE(scaler_on_cuda_keeps_its_state_on_the_device, MT_GPU_TEST) 
   BOOST_TEST(scaler.get_scale() == 1024.0);
   expect_close(w, mt::raw::to(before, DType::kF64) - 2 * 0.5 * mt::raw::to(c, DType::kF64), {1e-6, 0.0},
                "two clean steps of 0.5 · c");
+}
+
+BOOST_AUTO_TEST_CASE(non_finite_gradients_on_cuda, MT_GPU_TEST) {
+  Tensor w = leaf({0.5, -1.0, 2.0, 0.25}, {2, 2}, DType::kF32, Device::cuda());
+  Tensor b = leaf({0.1, 0.2}, {2}, DType::kF16, Device::cuda());
+  Descent opt({w, b});
+  GradScaler scaler({.init_scale = 1024.0});
+  const std::vector<Tensor> coefs = {constant({1, 2, 3, 4}, {2, 2}, DType::kF32, Device::cuda()),
+                                     constant({-1, 1}, {2}, DType::kF16, Device::cuda())};
+  scaler.scale(linear_loss({w, b}, coefs)).backward();
+  writable_grad(b).set({1}, kNaN);
+  BOOST_TEST(!scaler.step(opt));
+  BOOST_TEST(scaler.non_finite_gradients(opt) == std::vector<size_t>{1}, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(clip_grad_norm_on_cuda_matches_the_cpu, MT_GPU_TEST) {

@@ -61,7 +61,8 @@ struct Options {
   std::optional<double> lr;
   uint64_t seed = 0;
   int threads = std::max(1U, std::thread::hardware_concurrency());
-  std::string data, save, resume, metrics, plot;
+  std::string data, save, resume, metrics, plot, inspect;
+  int64_t inspect_step = 100;  // the training step --inspect looks at (1: the first)
   int64_t max_steps = 0;     // 0: no bound
   int64_t log_interval = 20;  // steps between two host reads of the loss
 };
@@ -123,6 +124,8 @@ class Metrics {
 
 // ---- the plot: a gnuplot script over two data files, in a temporary directory ---------------------------------------
 
+void run_gnuplot(const std::filesystem::path& script, const char* flag);
+
 bool have_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
 
 std::string gnuplot_quote(const std::string& s) {  // '…' with ' doubled
@@ -157,18 +160,49 @@ void write_plot(const std::string& png, const Metrics& metrics, const std::strin
            << " using 1:3 with steps lw 1.5 title 'GradScaler scale'\n";
   script << "unset multiplot\n";
   script.close();
-  const std::string command = "gnuplot " + (dir / "plot.gp").string() + " 2>&1";
+  try {
+    run_gnuplot(dir / "plot.gp", "--plot");
+  } catch (...) {
+    fs::remove_all(dir);
+    throw;
+  }
+  fs::remove_all(dir);
+}
+
+/// Runs gnuplot on `script`; its complaint (one line) becomes a UsageError naming `flag`.
+void run_gnuplot(const std::filesystem::path& script, const char* flag) {
+  const std::string command = "gnuplot " + script.string() + " 2>&1";
   std::string output;
   if (FILE* pipe = popen(command.c_str(), "r")) {
     char buffer[512];
     while (fgets(buffer, sizeof buffer, pipe) != nullptr) output += buffer;
     const int status = pclose(pipe);
-    fs::remove_all(dir);
-    if (status != 0) throw UsageError("--plot: gnuplot failed: " + one_line(output));
+    if (status != 0) throw UsageError(std::string(flag) + ": gnuplot failed: " + one_line(output));
   } else {
-    fs::remove_all(dir);
-    throw UsageError("--plot: cannot run gnuplot");
+    throw UsageError(std::string(flag) + ": cannot run gnuplot");
   }
+}
+
+/// --inspect PREFIX: the inspector's table (PREFIX.txt, also printed), JSON (PREFIX.json) and the activation
+/// gradient histogram (PREFIX.png, when gnuplot is there).
+void write_inspection(const std::string& prefix, const mt::amp::InspectReport& report, int64_t step) {
+  const std::string table = report.table();
+  std::cerr << "\nnumerics at step " << step << ":\n" << table;
+  std::ofstream(prefix + ".txt") << "step " << step << "\n" << table;
+  report.write_json(prefix + ".json");
+  if (!have_gnuplot()) {
+    std::cerr << "--inspect: gnuplot is not on PATH, no " << prefix << ".png\n";
+    return;
+  }
+  const fs::path script = prefix + ".gp";
+  std::ofstream(script) << report.gnuplot_script(prefix + ".png");
+  try {
+    run_gnuplot(script, "--inspect");
+  } catch (...) {
+    fs::remove(script);
+    throw;
+  }
+  fs::remove(script);
 }
 
 // ---- checkpoints ---------------------------------------------------------------------------------------------------
@@ -304,6 +338,10 @@ int run(const Options& opt) {
     double last_loss = std::nan("");
     for (auto& [x, y] : loader) {
       if (epoch_steps == steps_this_epoch) break;
+      // --inspect: one step under the numerics inspector (statistics kernels run beside the step's, no host reads).
+      std::optional<mt::amp::Inspect> inspect;
+      if (!opt.inspect.empty() && step + 1 == opt.inspect_step)
+        inspect.emplace(mt::amp::InspectOptions{.parameters = model->named_parameters()});
       optimizer->zero_grad();
       Tensor loss;
       {
@@ -319,6 +357,7 @@ int run(const Options& opt) {
         optimizer->step();
       }
       if (schedule) schedule->step();
+      if (inspect) write_inspection(opt.inspect, inspect->report(), step + 1);
       {
         mt::autograd::NoGradGuard no_grad;
         loss_sum = loss_sum + loss.detach();
@@ -416,6 +455,9 @@ int main(int argc, char** argv) {
   app.add_option("--resume", opt.resume, "continue from this checkpoint, at its next epoch");
   app.add_option("--metrics", opt.metrics, "write JSONL metrics here (per logged step and per epoch)");
   app.add_option("--plot", opt.plot, "write a PNG of loss, accuracy (and fp16's loss scale) here, with gnuplot");
+  app.add_option("--inspect", opt.inspect,
+                 "inspect one training step's numerics: writes PREFIX.txt, PREFIX.json and PREFIX.png");
+  app.add_option("--inspect-step", opt.inspect_step, "the training step --inspect looks at")->check(positive);
   app.add_option("--max-steps", opt.max_steps, "stop after this many training steps, then evaluate (0: no bound)")
       ->check(non_negative);
   app.add_option("--log-interval", opt.log_interval, "steps between two reads of the loss from the device")
