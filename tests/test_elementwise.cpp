@@ -742,6 +742,46 @@ BOOST_AUTO_TEST_CASE(scalar_every_op_dtype_size_and_layout, MT_GPU_TEST) {
   }
 }
 
+// f16/bf16 elementwise kernels widen runs to f32 in blocks (core/convert.h), apply the f32 formula and round back
+// in bulk: bit for bit the f32 kernel's result rounded once to the 16-bit type, at every block boundary, in place,
+// on strided views (the element-wise path) and over specials (NaN, ±inf, ±0, subnormals, the overflow edge).
+BOOST_AUTO_TEST_CASE(sixteen_bit_blocks_round_once_like_f32_then_cast, MT_CPU_TEST) {
+  const std::vector<double> specials = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 65504, 65520, -70000, 6e-8, -3e-8,
+                                        1e-40, 3.0e38, -1.5, 2.5};
+  uint64_t seed = 900;
+  for (DType dtype : {mt::kF16, mt::kBF16}) {
+    for (int64_t n : {1, 13, 511, 512, 513, 1030, 70001}) {
+      std::vector<double> v = random(Shape{n}, mt::kF64, -8, 8, ++seed).to_vector<double>();
+      std::vector<double> w = random(Shape{n}, mt::kF64, -8, 8, ++seed).to_vector<double>();
+      for (size_t i = 0; i < specials.size() && i < v.size(); ++i) v[(i * 37) % v.size()] = specials[i];
+      for (size_t i = 0; i < specials.size() && i < w.size(); ++i) w[(i * 53 + 5) % w.size()] = specials[i];
+      const Tensor x = mt::from_vector(v, {n}).to(dtype), y = mt::from_vector(w, {n}).to(dtype);
+      const Tensor x32 = x.to(mt::kF32), y32 = y.to(mt::kF32);
+      auto same = [&](const Tensor& got, const Tensor& f32_result, const std::string& what) {
+        expect_same_bits(got, f32_result.to(dtype), describe_case(what.c_str(), dtype, Shape{n}, "contiguous"));
+      };
+      for (kn::UnaryOp op : {kn::UnaryOp::kRelu, kn::UnaryOp::kExp, kn::UnaryOp::kTanh, kn::UnaryOp::kNeg})
+        same(kn::unary(op, x), kn::unary(op, x32), kn::name(op));
+      for (kn::BinaryOp op :
+           {kn::BinaryOp::kAdd, kn::BinaryOp::kMul, kn::BinaryOp::kDiv, kn::BinaryOp::kReluBackward})
+        same(kn::binary(op, x, y), kn::binary(op, x32, y32), kn::name(op));
+      same(kn::scalar(kn::ScalarOp::kMul, x, 0.1), kn::scalar(kn::ScalarOp::kMul, x32, 0.1), "mul by 0.1");
+      // In place: the output is the first input.
+      const Tensor in_place = mt::raw::clone(x);
+      kn::binary_(kn::BinaryOp::kAdd, in_place, y);
+      same(in_place, kn::binary(kn::BinaryOp::kAdd, x32, y32), "add_ in place");
+      // Strided: every other element (the element-wise path).
+      if (n > 2) {
+        const Tensor xs = mt::raw::slice(x, 0, 0, n, 2), ys = mt::raw::slice(y, 0, 1, n, 2);
+        const int64_t m = std::min(xs.numel(), ys.numel());
+        const Tensor a = mt::raw::slice(xs, 0, 0, m), b = mt::raw::slice(ys, 0, 0, m);
+        const Tensor want = kn::binary(kn::BinaryOp::kMul, a.to(mt::kF32), b.to(mt::kF32)).to(dtype);
+        expect_same_bits(kn::binary(kn::BinaryOp::kMul, a, b), want, describe_case("mul", dtype, a.shape(), "stride 2"));
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(where_every_dtype_size_and_broadcast, MT_GPU_TEST) {
   PoisonAllocations poison;
   uint64_t seed = 300;

@@ -7,7 +7,8 @@
 // operand is contiguous is a plain indexed loop the compiler vectorises. The
 // arithmetic itself is ops/backend/scalar_math.h, shared with the CUDA
 // kernels: load T, compute in opmath_t<T>, store T with one rounding
-// (convert<T>). The plain kernels allocate their output and overwrite it; the
+// (convert<T>); f16/bf16 runs take that path in blocks, widened and rounded
+// back with core/convert.h's vector conversions (map_opmath). The plain kernels allocate their output and overwrite it; the
 // in-place ones (unary_, binary_, scalar_) run the same loop with the first
 // operand as the output: each element is read before it is written, by the
 // same iteration.
@@ -20,6 +21,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <mixtape/core/convert.h>
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/ops/backend/scalar_math.h>
 
@@ -75,13 +77,64 @@ void map(const Tensor& out, const std::array<Tensor, sizeof...(In)>& in, const F
   map_impl<Out, In...>(out, in, f, std::index_sequence_for<In...>{});
 }
 
+template <class T>
+constexpr bool kSixteenBitFloat = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+/// map for f16/bf16 operands whose formula `fm` is written in f32: a contiguous run goes in blocks, each input
+/// widened with core/convert.h's vector conversions, fm applied over f32 arrays (a loop the compiler vectorises)
+/// and the results rounded back in bulk: the element-wise path's one rounding per output (convert_n and convert<T>
+/// are bit-exact twins), at vector speed. Reads of a block precede its writes, so out may be in[0] itself.
+template <class T, class FM, size_t... I>
+void map_sixteen_bit(const Tensor& out, const std::array<Tensor, sizeof...(I)>& in, const FM& fm,
+                     std::index_sequence<I...>) {
+  constexpr int K = 1 + sizeof...(I);
+  constexpr auto kSize = static_cast<int64_t>(sizeof(T));
+  const auto L = make_strided_layout<K>(out.shape(), {&out.strides(), &in[I].strides()...}, {kSize, ((void)I, kSize)...});
+  const std::array<char*, K> base{static_cast<char*>(out.data_ptr()), static_cast<char*>(in[I].data_ptr())...};
+  auto run = [&fm](const std::array<char*, K>& p, const std::array<int64_t, K>& s, int64_t n) {
+    if (!((s[0] == kSize) && ... && (s[I + 1] == kSize))) {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<T*>(p[0] + i * s[0]) =
+            convert<T>(fm(static_cast<float>(*reinterpret_cast<const T*>(p[I + 1] + i * s[I + 1]))...));
+      return;
+    }
+    constexpr int64_t kBlock = 512;
+    alignas(64) float args[sizeof...(I)][kBlock];
+    alignas(64) float result[kBlock];
+    for (int64_t j = 0; j < n; j += kBlock) {
+      const int64_t m = std::min(kBlock, n - j);
+      (convert_n(reinterpret_cast<const T*>(p[I + 1]) + j, args[I], m), ...);
+      for (int64_t i = 0; i < m; ++i) result[i] = fm(args[I][i]...);
+      convert_n(result, reinterpret_cast<T*>(p[0]) + j, m);
+    }
+  };
+  parallel_runs<K>(L, base, run);
+}
+
+/// out[i] = round_T(fm(in_0[i], ...)) for a floating T, fm written in opmath_t<T>.
+template <class T, size_t N, class FM>
+void map_opmath(const Tensor& out, const std::array<Tensor, N>& in, const FM& fm) {
+  using M = opmath_t<T>;
+  if (out.numel() == 0) return;
+  if constexpr (kSixteenBitFloat<T>) {
+    map_sixteen_bit<T>(out, in, fm, std::make_index_sequence<N>{});
+  } else if constexpr (N == 1) {
+    map<T, T>(out, in, [&fm](T v) { return convert<T>(fm(static_cast<M>(v))); });
+  } else {
+    static_assert(N == 2);
+    map<T, T, T>(out, in, [&fm](T u, T v) { return convert<T>(fm(static_cast<M>(u), static_cast<M>(v))); });
+  }
+}
+
 // One instantiation per (op, dtype); the op is a template argument, so each
 // loop is compiled with its formula inlined.
 
 template <UnaryOp kOp, class T>
 void unary_kernel(const Tensor& y, const Tensor& x) {
   using M = opmath_t<T>;
-  if constexpr (math::is_floating_v<T> || (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>)) {
+  if constexpr (math::is_floating_v<T>) {
+    map_opmath<T, 1>(y, {x}, [](M v) { return math::unary_op<kOp>(v); });
+  } else if constexpr (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>) {
     map<T, T>(y, {x}, [](T v) { return convert<T>(math::unary_op<kOp>(static_cast<M>(v))); });
   } else {
     MT_ERROR(name(kOp), ": not defined for dtype ", x.dtype(), " (shape ", x.shape(), ")");
@@ -93,7 +146,9 @@ void binary_kernel(const Tensor& out, const std::array<Tensor, 2>& in) {
   using M = opmath_t<T>;
   if constexpr (math::is_comparison(kOp)) {
     map<bool, T, T>(out, in, [](T u, T v) { return math::binary_op<kOp>(static_cast<M>(u), static_cast<M>(v)); });
-  } else if constexpr (math::is_floating_v<T> || (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>)) {
+  } else if constexpr (math::is_floating_v<T>) {
+    map_opmath<T, 2>(out, in, [](M u, M v) { return math::binary_op<kOp>(u, v); });
+  } else if constexpr (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>) {
     map<T, T, T>(out, in, [](T u, T v) {
       return convert<T>(math::binary_op<kOp>(static_cast<M>(u), static_cast<M>(v)));
     });
@@ -109,7 +164,7 @@ void scalar_kernel(const Tensor& y, const Tensor& x, double s) {
   if constexpr (math::is_floating_v<T>) {
     // Like PyTorch, the scalar is first converted to the opmath type.
     const M sm = static_cast<M>(s);
-    map<T, T>(y, {x}, [sm](T v) { return convert<T>(math::scalar_op<kOp>(static_cast<M>(v), sm)); });
+    map_opmath<T, 1>(y, {x}, [sm](M v) { return math::scalar_op<kOp>(v, sm); });
   } else if constexpr (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>) {
     // Validated integral; out-of-range values wrap like the arithmetic does.
     const T si = static_cast<T>(static_cast<int64_t>(s));
