@@ -297,6 +297,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
              " a second time, but its saved tensors were already freed; call backward with retain_graph=true the "
              "first time");
     if (g.dtype() != n->dtype) g = g.to(n->dtype);
+    if (n->observation) n->observation->before_backward();
     Grads grads = n->backward(g);
     MT_CHECK(grads.size() == n->next_edges.size(), n->name(), ": backward returned ", grads.size(),
              " gradients for ", n->next_edges.size(), " inputs");

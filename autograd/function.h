@@ -179,6 +179,7 @@ Tensor apply(const Args&... args) {
   // 3. The forward, recording nothing itself. A kernel it notes (kernels::note_kernel) goes into the trace.
   const bool watched = (st.trace || st.observer) && !nested;
   if (watched) op_hooks().take_noted_kernel();
+  if (st.observer && !nested) st.observer->before_forward();
   Tensor out;
   try {
     detail::ForwardScope no_record;

@@ -19,6 +19,8 @@ namespace mixtape::autograd {
 class NodeObservation {
  public:
   virtual ~NodeObservation() = default;
+  /// Just before the node's backward runs (a profiler starts its clock).
+  virtual void before_backward() {}
   /// `grad_output`: the gradient the node's backward received (in the dtype the op ran in); `grads`: what it
   /// produced, one per input (undefined where an input needs none); `edges[i]` says where grads[i] goes.
   virtual void on_backward(const Tensor& grad_output, const Grads& grads, std::span<const Edge> edges) = 0;
@@ -27,6 +29,8 @@ class NodeObservation {
 class TapeObserver {
  public:
   virtual ~TapeObserver() = default;
+  /// Just before a model op's forward runs (a profiler starts its clock).
+  virtual void before_forward() {}
   /// After a model op's forward. `inputs`: its tensor arguments as it ran them (after autocast); `kernel`: what the
   /// backend noted ("wmma f16"), or nullptr; `recorded`: a node follows, carrying what this returns (may be null).
   /// Runs with gradient recording off and without this observer installed: what it computes is not the model's.

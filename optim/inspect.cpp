@@ -8,6 +8,7 @@
 #include <mixtape/optim/inspect.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,7 @@
 
 #include <mixtape/autograd/autograd.h>
 #include <mixtape/autograd/observer.h>
+#include <mixtape/core/device_memory.h>
 #include <mixtape/core/error.h>
 #include <mixtape/core/raw.h>
 #include <mixtape/ops/backend/kernels.h>
@@ -57,6 +59,15 @@ ValueStats read_stats(const Tensor& stats) {
   std::memcpy(&s.amax, &bits, sizeof bits);
   s.histogram.assign(v.begin() + math::kHistogram, v.end());
   return s;
+}
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+/// Waits for `device`'s queued work (profiling only: a CUDA op's time is its kernels', not their launch's).
+void synchronize(Device device) {
+  if (device.is_cuda()) device_memory(device).synchronize(device.index);
 }
 
 bool is_matmul_like(std::string_view op) { return op == "matmul" || op == "linear" || op == "conv2d"; }
@@ -127,11 +138,29 @@ struct Inspect::State final : autograd::TapeObserver, std::enable_shared_from_th
   struct Observation final : autograd::NodeObservation {
     std::shared_ptr<State> state;
     size_t record = 0;
+    Clock::time_point started;
+    void before_backward() override {
+      if (!state->options.profile) return;
+      std::lock_guard lock(state->mutex);
+      synchronize(state->records.at(record).meta.device);
+      started = Clock::now();
+    }
     void on_backward(const Tensor& grad_output, const autograd::Grads& grads,
                      std::span<const autograd::Edge> edges) override {
+      if (state->options.profile) {
+        std::lock_guard lock(state->mutex);
+        synchronize(state->records.at(record).meta.device);
+        state->records.at(record).meta.backward_seconds = seconds_since(started);
+      }
       state->on_backward(record, grad_output, grads, edges);
     }
   };
+
+  void before_forward() override {
+    if (!options.profile) return;
+    synchronize(last_device);
+    forward_started = Clock::now();
+  }
 
   std::shared_ptr<autograd::NodeObservation> on_forward(const char* op, std::span<const Tensor> inputs,
                                                         const Tensor& output, const char* kernel,
@@ -139,6 +168,11 @@ struct Inspect::State final : autograd::TapeObserver, std::enable_shared_from_th
     if (!output.defined() || !is_floating(output.dtype())) return nullptr;  // indices and masks: nothing to judge
     std::lock_guard lock(mutex);
     Record r;
+    if (options.profile) {
+      synchronize(output.device());
+      r.meta.forward_seconds = seconds_since(forward_started);
+      last_device = output.device();
+    }
     r.meta.index = static_cast<int64_t>(records.size());
     r.meta.op = op;
     r.meta.dtype = output.dtype();
@@ -202,6 +236,8 @@ struct Inspect::State final : autograd::TapeObserver, std::enable_shared_from_th
   std::vector<NonFinite> non_finite;
   std::vector<Update> updates;  // one per parameter, the latest
   std::optional<autograd::ObserverScope> scope;
+  Device last_device;                  // of the last op observed: what before_forward waits for when profiling
+  Clock::time_point forward_started;
   State* prev = nullptr;  // the enclosing Inspect of this thread
 };
 
@@ -354,6 +390,7 @@ InspectReport Inspect::report() const {
   std::lock_guard lock(s.mutex);
   InspectReport r;
   r.autocast_dtype = s.lowest;
+  r.profiled = s.options.profile;
   if (s.scale.defined()) r.loss_scale = s.scale.to_vector<double>().at(0);
   for (const State::Record& rec : s.records) {
     OpStats op = rec.meta;
@@ -422,6 +459,8 @@ std::string InspectReport::table() const {
        << s.f16_overflow << std::setw(9) << 100 * s.fraction(s.bf16_below_normal) << std::setw(8) << s.non_finite
        << std::defaultfloat << "\n";
   };
+  double total_seconds = 0;
+  for (const OpStats& op : ops) total_seconds += op.forward_seconds + op.backward_seconds;
   std::vector<size_t> order(ops.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ops[a].risk() > ops[b].risk(); });
@@ -435,7 +474,13 @@ std::string InspectReport::table() const {
       line("", "", g.dtype, who + " held", g.held);
       if (loss_scale != 1.0) line("", "", g.dtype, who + " unscaled", g.unscaled);
     }
-    if (op.tensor_cores && !op.tensor_cores->used) os << "      not on the Tensor Cores: " << op.tensor_cores->reason << "\n";
+    if (op.tensor_cores) {
+      os << "      " << (op.tensor_cores->used ? "on the Tensor Cores" : "not on the Tensor Cores: " + op.tensor_cores->reason);
+      if (profiled && total_seconds > 0)
+        os << std::fixed << std::setprecision(1) << " (" << 100 * (op.forward_seconds + op.backward_seconds) / total_seconds
+           << "% of the step's op time)" << std::defaultfloat;
+      os << "\n";
+    }
   }
   if (!updates.empty()) {
     os << "lost updates (below half an ulp of the weight in the model dtype):\n";
@@ -480,6 +525,7 @@ std::string InspectReport::json() const {
     o["kernel"] = op.kernel;
     o["risk"] = op.risk();
     o["loss_scaling"] = op.loss_scaling;
+    if (profiled) o["seconds"] = {{"forward", op.forward_seconds}, {"backward", op.backward_seconds}};
     if (op.tensor_cores) o["tensor_cores"] = {{"used", op.tensor_cores->used}, {"reason", op.tensor_cores->reason}};
     json_stats(o["output"], op.output);
     o["backward_index"] = op.backward_index;

@@ -78,6 +78,8 @@ struct OpStats {
   int64_t backward_index = -1;              // order in the backward (0: first); -1: no gradient reached it
   std::optional<ValueStats> grad_output;    // what its backward received (held, scaled)
   std::vector<GradientStats> grads;         // what its backward produced
+  double forward_seconds = 0;   // with InspectOptions::profile: its forward's time, and its backward's
+  double backward_seconds = 0;
   /// A score to sort by: non-finite values first, then overflow, then f16 underflow of values held in f16.
   double risk() const;
 };
@@ -98,6 +100,7 @@ struct InspectReport {
   std::vector<OpStats> ops;               // in forward order
   std::vector<ParameterUpdate> updates;   // the parameters an optimizer updated inside the scope
   double loss_scale = 1.0;                // the GradScaler's scale seen by scale(loss), 1 without one
+  bool profiled = false;                  // InspectOptions::profile: the ops' seconds are measured
   DType autocast_dtype = DType::kF32;     // the lowest precision an op ran in (f16, bf16), else f32
   /// Parameters whose gradient held inf or NaN at the GradScaler's last unscale inside the scope.
   std::vector<std::string> non_finite_parameters;
@@ -127,6 +130,9 @@ struct InspectOptions {
   /// The dtype an f32 weight is measured against by the lost-update meter; unset: the autocast dtype the scope ran
   /// ops in (f16 or bf16), f16 when it ran none.
   std::optional<DType> model_dtype = std::nullopt;
+  /// Times each op's forward and backward (the device synchronised around each: slower, and off by default), so
+  /// the report gives each op's share of the step next to its Tensor Core eligibility.
+  bool profile = false;
 };
 
 /// Inspects every op run on this thread while alive (the innermost one, when nested). Backward passes of nodes

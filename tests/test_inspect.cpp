@@ -280,6 +280,20 @@ BOOST_AUTO_TEST_CASE(tensor_core_eligibility_says_why_not, MT_CPU_TEST) {
   BOOST_TEST(plain.tensor_cores->reason.find("device cpu") != std::string::npos, plain.tensor_cores->reason);
   BOOST_TEST(bf16.dtype == DType::kBF16);
   BOOST_TEST(!find_op(r, "relu").tensor_cores.has_value());
+  BOOST_TEST(!r.profiled);
+  BOOST_TEST(r.table().find("% of the step's op time") == std::string::npos);
+
+  // Profiled: each op's forward and backward seconds, and the matmuls' share of the step beside their eligibility.
+  Tensor big = constant(std::vector<double>(256 * 256, 0.01), {256, 256}), wb = leaf(std::vector<double>(256 * 256, 0.02), {256, 256});
+  Inspect profiled({.profile = true});
+  mt::sum(mt::relu(mt::linear(big, wb))).backward();
+  const InspectReport p = profiled.report();
+  BOOST_TEST(p.profiled);
+  const OpStats& lin = find_op(p, "linear");
+  BOOST_TEST(lin.forward_seconds > 0);
+  BOOST_TEST(lin.backward_seconds > 0);
+  BOOST_TEST(p.table().find("% of the step's op time") != std::string::npos, p.table());
+  BOOST_TEST(nlohmann::json::parse(p.json()).at("ops").at(0).contains("seconds"));
 }
 
 BOOST_AUTO_TEST_CASE(json_and_plot, MT_CPU_TEST) {
