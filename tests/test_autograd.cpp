@@ -276,4 +276,126 @@ BOOST_AUTO_TEST_CASE(a_chain_of_a_million_ops_runs_and_dies_on_a_small_stack) {
   BOOST_TEST(result.live_after == 0);
 }
 
+// ---- issue 16 item 12: a non-leaf used by several ops, seeds of another dtype, reused intermediates -----------
+
+BOOST_AUTO_TEST_CASE(a_non_leaf_used_by_several_ops_gets_every_gradient) {
+  // h = x·w feeds relu, mul(h, h), a sum and a product with that sum, at different depths of the graph: h's node
+  // must run once, after all four contributions are added (a node run early, or an arrival that overwrites the
+  // sum so far, loses some). In f64, |h| >= 0.2 (away from relu's kink).
+  const std::vector<double> xv = {0.5, -1.0, 1.5, -0.7, 1.2, 0.8, -0.6, 1.1, -1.3, 0.9, 0.6, -1.4};
+  const std::vector<double> wv = {0.4, -1.2, 0.7, 1.0};
+  mt::Tensor x = mt::from_vector(xv, {3, 4}, mt::kF64).requires_grad_();
+  mt::Tensor w = mt::from_vector(wv, {4}, mt::kF64).requires_grad_();
+  mt::Tensor h = x * w;
+  mt::Tensor s = mt::sum(h);
+  mt::Tensor loss = mt::sum(mt::relu(h)) + mt::sum(h * h) + s * s + mt::sum(h * 3.0);
+  loss.backward();
+  // dloss/dh = [h > 0] + 2h + 2·sum(h) + 3; dx = dh·w, dw = Σ_rows dh·x.
+  double sum_h = 0;
+  for (size_t i = 0; i < xv.size(); ++i) sum_h += xv[i] * wv[i % 4];
+  std::vector<double> dx(12), dw(4, 0.0);
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const double hv = xv[i] * wv[i % 4], dh = (hv > 0 ? 1.0 : 0.0) + 2 * hv + 2 * sum_h + 3;
+    dx[i] = dh * wv[i % 4];
+    dw[i % 4] += dh * xv[i];
+  }
+  const std::vector<double> got_dx = values(x.grad()), got_dw = values(w.grad());
+  for (size_t i = 0; i < dx.size(); ++i) BOOST_TEST(got_dx[i] == dx[i], boost::test_tools::tolerance(1e-12));
+  for (size_t j = 0; j < dw.size(); ++j) BOOST_TEST(got_dw[j] == dw[j], boost::test_tools::tolerance(1e-12));
+  // The same graph against float64 central differences (the sum enters as a broadcast product).
+  BOOST_TEST(mt::test::gradcheck(
+      "h = x*w used by relu, mul(h, h), sum(h)*h",
+      [](const std::vector<mt::Tensor>& in) {
+        mt::Tensor hh = in[0] * in[1];
+        return mt::relu(hh) + hh * hh + mt::sum(hh) * hh + hh * 3.0;
+      },
+      {mt::from_vector(xv, {3, 4}, mt::kF64), mt::from_vector(wv, {4}, mt::kF64)}));
+}
+
+BOOST_AUTO_TEST_CASE(a_seed_of_another_dtype_is_cast_to_the_outputs_dtype_first) {
+  // autograd/engine.cpp's rule, and PyTorch's: the gradient given for an output is cast to that output's dtype
+  // before anything flows; each leaf's gradient arrives in the leaf's dtype.
+  // f16 output, f32 seed: 1e5 is beyond f16, so the cast seed is inf and so is the gradient, although 0.5·1e5
+  // would fit (PyTorch 1.13 gives the same [inf, 1.5]).
+  mt::Tensor x = mt::tensor({1.0f, 2.0f}).requires_grad_();
+  mt::Tensor y = x.to(mt::kF16) * 0.5;
+  BOOST_TEST(y.dtype() == mt::kF16);
+  y.backward(mt::tensor({1e5f, 3.0f}));
+  BOOST_TEST(x.grad().dtype() == mt::kF32);
+  BOOST_TEST(std::isinf(values(x.grad())[0]));
+  BOOST_TEST(values(x.grad())[1] == 1.5);
+  // f32 output, f16 seed: the backward computes in f32, 1·0.1 = 0.1f, not in f16 (0.0999755859375).
+  mt::Tensor z = mt::tensor({1.0f}).requires_grad_();
+  (z * 0.1).backward(mt::ones({1}, mt::kF16));
+  BOOST_TEST(z.grad().dtype() == mt::kF32);
+  BOOST_TEST(z.grad().item<float>() == 0.1f);
+  // A leaf that is itself the output: its gradient is the seed in the leaf's dtype.
+  mt::Tensor l = mt::ones({2}, mt::kF16).requires_grad_();
+  l.backward(mt::tensor({1.0, 0.1}));
+  BOOST_TEST(l.grad().dtype() == mt::kF16);
+  BOOST_TEST(values(l.grad())[1] == static_cast<double>(static_cast<float>(mt::Half(0.1))));
+  // The functional form: the same rule, results in the inputs' dtypes.
+  mt::Tensor x2 = mt::tensor({1.0f, 2.0f}).requires_grad_();
+  auto g = mt::autograd::grad({x2.to(mt::kF16) * 0.5}, {x2}, {mt::tensor({1e5f, 3.0f})});
+  BOOST_TEST(g[0].dtype() == mt::kF32);
+  BOOST_TEST(std::isinf(values(g[0])[0]));
+}
+
+BOOST_AUTO_TEST_CASE(backward_neither_changes_nor_aliases_its_seed) {
+  // A leaf's .grad() is its own tensor: the first gradient is copied in, not aliased (add_scalar's backward passes
+  // the seed through untouched), so accumulating a second backward into it leaves the first seed alone.
+  mt::Tensor x = mt::tensor({1.0, 2.0}).requires_grad_();
+  mt::Tensor seed1 = mt::tensor({1.0, 10.0}), seed2 = mt::tensor({100.0, 1000.0});
+  (x + 0.0).backward(seed1);
+  (x + 0.0).backward(seed2);
+  BOOST_TEST(values(x.grad()) == std::vector<double>({101, 1010}), per_element());
+  BOOST_TEST(values(seed1) == std::vector<double>({1, 10}), per_element());
+  BOOST_TEST(values(seed2) == std::vector<double>({100, 1000}), per_element());
+  // The same with the leaf as the output.
+  mt::Tensor l = mt::tensor({1.0, 2.0}).requires_grad_();
+  l.backward(seed1);
+  l.backward(seed2);
+  BOOST_TEST(values(l.grad()) == std::vector<double>({101, 1010}), per_element());
+  BOOST_TEST(values(seed1) == std::vector<double>({1, 10}), per_element());
+}
+
+BOOST_AUTO_TEST_CASE(gradcheck_through_reused_intermediates) {
+  using In = std::vector<mt::Tensor>;
+  mt::manual_seed(41);
+  // An op whose two inputs are one tensor: each backward term lands on the same place.
+  BOOST_TEST(mt::test::gradcheck("mul(a, a)", [](const In& in) { return mt::mul(in[0], in[0]); }, {mt::randn({3, 4})}));
+  BOOST_TEST(mt::test::gradcheck("matmul(a, a^T)", [](const In& in) { return mt::matmul(in[0], in[0].t()); },
+                                 {mt::randn({3, 4})}));
+  BOOST_TEST(mt::test::gradcheck("div(a, exp(a)) - a", [](const In& in) {
+    return mt::sub(mt::div(in[0], mt::exp(in[0])), in[0]);
+  }, {mt::randn({5})}));
+  // One intermediate, several branches through the normalising ops.
+  BOOST_TEST(mt::test::gradcheck(
+      "h = tanh(a b) into softmax, log_softmax, layer_norm and h itself",
+      [](const In& in) {
+        mt::Tensor h = mt::tanh(mt::matmul(in[0], in[1]));
+        return mt::softmax(h, 1) * h + mt::log_softmax(h, 0) * mt::sigmoid(h) + mt::layer_norm(h + h * h, {5});
+      },
+      {mt::randn({3, 4}), mt::randn({4, 5})}));
+  // A conv's output pooled and reused: conv2d and max_pool2d backward through shared tensors.
+  BOOST_TEST(mt::test::gradcheck(
+      "c = conv2d(x, w) into max_pool2d(c) and c * c",
+      [](const In& in) {
+        mt::Tensor c = mt::conv2d(in[0], in[1]);
+        return mt::sum(mt::max_pool2d(c)) + mt::sum(c * c);
+      },
+      {mt::randn({1, 2, 5, 5}), mt::randn({2, 2, 2, 2})}));
+}
+
+BOOST_AUTO_TEST_CASE(an_f16_broadcast_gradient_is_summed_in_f32_and_rounded_once) {
+  // b (1) broadcast over a (1024), all f16: db = Σ dy·a. Each product 2^-13 · 2^-13 = 2^-26 is below half of f16's
+  // least subnormal (2^-24) and rounds to 0 on its own; kept in f32 and summed, they make 2^-16, an f16 value.
+  const double tiny = std::ldexp(1.0, -13);
+  mt::Tensor a = mt::full({1024}, tiny, mt::kF16);
+  mt::Tensor b = mt::ones({1}, mt::kF16).requires_grad_();
+  (a * b).backward(mt::full({1024}, tiny, mt::kF16));
+  BOOST_TEST(b.grad().dtype() == mt::kF16);
+  BOOST_TEST(values(b.grad())[0] == std::ldexp(1.0, -16));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

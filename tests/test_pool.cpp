@@ -285,4 +285,39 @@ BOOST_AUTO_TEST_CASE(pools_forward_backward, MT_GPU_TEST) {
   }
 }
 
+// ---- ties, through the op (issue 16 item 12) -------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(max_pool_ties_give_each_window_gradient_to_its_first_maximum, MT_CPU_TEST) {
+  // The numbers are PyTorch 1.13's (torch.nn.functional.max_pool2d, f32 and bf16): of tied maxima, the first in
+  // row-major window order is the window's argmax, and the backward gives the window's gradient to that one element
+  // alone, however many ties it holds.
+  for (DType dt : kFloatTypes) {
+    BOOST_TEST_CONTEXT("dtype " << dt) {
+      // k2 s2, windows in row-major tap order: {1, 3, 3, 2} (two 3s), {3, 0, 1, 1}, {2, 2, 2, 2}, {5, 5, 5, 5}
+      Tensor x = mt::from_vector(std::vector<double>{1, 3, 3, 0, 3, 2, 1, 1, 2, 2, 5, 5, 2, 2, 5, 5}, {1, 1, 4, 4},
+                                 mt::TensorOptions(dt))
+                     .requires_grad_();
+      Tensor y = mt::max_pool2d(x, pool_options(2, 2, 0));
+      BOOST_TEST(y.to_vector<double>() == (std::vector<double>{3, 3, 2, 5}), tt::per_element());
+      mt::sum(y * mt::from_vector(std::vector<double>{1, 2, 3, 4}, {1, 1, 2, 2}, mt::TensorOptions(dt))).backward();
+      BOOST_TEST(x.grad().dtype() == dt);
+      BOOST_TEST(x.grad().to_vector<double>() ==
+                     (std::vector<double>{0, 1, 2, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0, 0}),
+                 tt::per_element());
+
+      // Overlapping windows (k3 s1 p1) of a constant plane: all nine taps tie in the centre window; each window's
+      // 1 goes to its first tap inside the plane (PyTorch's indices 0 0 1 0 0 1 3 3 4).
+      Tensor c = mt::ones({1, 1, 3, 3}, dt).requires_grad_();
+      mt::sum(mt::max_pool2d(c, pool_options(3, 1, 1))).backward();
+      BOOST_TEST(c.grad().to_vector<double>() == (std::vector<double>{4, 2, 0, 2, 1, 0, 0, 0, 0}), tt::per_element());
+
+      // k2 s1 over a plane of 0s and 1s: two or three ties per window (PyTorch's indices 1 1 3 4).
+      Tensor b = mt::from_vector(std::vector<double>{0, 1, 1, 1, 1, 0, 1, 0, 1}, {1, 1, 3, 3}, mt::TensorOptions(dt))
+                     .requires_grad_();
+      mt::sum(mt::max_pool2d(b, pool_options(2, 1, 0))).backward();
+      BOOST_TEST(b.grad().to_vector<double>() == (std::vector<double>{0, 2, 0, 1, 1, 0, 0, 0, 0}), tt::per_element());
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

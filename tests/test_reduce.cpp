@@ -461,4 +461,37 @@ BOOST_AUTO_TEST_CASE(reduce_nan_empty_and_out_dtype, MT_GPU_TEST) {
   check_reduce_on_gpu(kn::ReduceOp::kSum, random({1000, 30}, mt::kF64, -1.0, 1.0, 609), {0}, false, "f64");
 }
 
+// ---- ties, through the ops (issue 16 item 12) ------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(max_and_argmax_ties_along_a_middle_dim, MT_CPU_TEST) {
+  // PyTorch 1.13's numbers for torch.max(u, 1, keepdim=True) and torch.argmax: the first maximal index along the
+  // dim, and the gradient to that element only. (2, 3, 2): column (0, ·, 1) is {4, 2, 4}, column (1, ·, 0) all 0s.
+  const std::vector<double> u = {1, 4, 4, 2, 4, 4, 0, 0, 0, -1, 0, 0};
+  for (DType dt : kFloatTypes) {
+    BOOST_TEST_CONTEXT("dtype " << dt) {
+      Tensor x = mt::from_vector(u, {2, 3, 2}, mt::TensorOptions(dt)).requires_grad_();
+      Tensor m = mt::max(x, 1, /*keepdim=*/true);
+      BOOST_TEST(m.shape() == Shape({2, 1, 2}));
+      BOOST_TEST(m.to_vector<double>() == (std::vector<double>{4, 4, 0, 0}), tt::per_element());
+      mt::sum(m * mt::from_vector(std::vector<double>{1, 2, 3, 4}, {2, 1, 2}, mt::TensorOptions(dt))).backward();
+      BOOST_TEST(x.grad().to_vector<double>() == (std::vector<double>{0, 2, 1, 0, 0, 0, 3, 4, 0, 0, 0, 0}),
+                 tt::per_element());
+      const Tensor v = x.detach();
+      BOOST_TEST(mt::argmax(v, 1).to_vector<int64_t>() == (std::vector<int64_t>{1, 0, 0, 0}), tt::per_element());
+      BOOST_TEST(mt::argmax(v, 2).to_vector<int64_t>() == (std::vector<int64_t>{1, 0, 0, 0, 0, 0}), tt::per_element());
+      BOOST_TEST(mt::argmax(v).item<int64_t>() == 1);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(max_of_every_element_with_ties_sends_the_gradient_to_the_first, MT_CPU_TEST) {
+  // mixtape's rule (ops/reduce.cpp): the whole gradient to the first maximal element, as max along a dim does.
+  // PyTorch 1.13 differs here: torch.max(t) without a dim splits the gradient evenly over the ties (0, 0.5, 0.5).
+  for (DType dt : kFloatTypes) {
+    Tensor t = mt::from_vector(std::vector<double>{1, 3, 3, -2, 3}, {5}, mt::TensorOptions(dt)).requires_grad_();
+    (mt::max(t) * 2.0).backward();
+    BOOST_TEST(t.grad().to_vector<double>() == (std::vector<double>{0, 2, 0, 0, 0}), tt::per_element());
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# scripts/mutate.sh — seeded mutations of the core, one at a time: does the CPU suite notice each bug?
+#
+#   scripts/mutate.sh [-l LIST] [-f FILTER] [-d SCRATCH] [-j JOBS] [-c COMMAND] [--no-baseline]
+#     -l LIST       the mutations (default scripts/mutations.txt; its header describes the format)
+#     -f FILTER     only the mutations whose id or file matches this extended regex
+#     -d SCRATCH    scratch directory (default build-mutate/): SCRATCH/src is a copy of the working tree,
+#                   SCRATCH/build its build, SCRATCH/logs one log per mutant
+#     -j JOBS       build and test parallelism (default 2)
+#     -c COMMAND    run COMMAND (bash, in SCRATCH/build) instead of the CPU suite: does this one test kill the
+#                   mutant? e.g. -c 'tests/test_autograd --run_test=autograd/gradients_accumulate_into_leaves'
+#     --no-baseline skip the run of the unmutated suite (only when the scratch copy is known green)
+#
+# The one idea: mutate a copy, never the checkout. The working tree (uncommitted edits included, not git's
+# state) is copied into SCRATCH/src file by file, only files that differ, so a second run rebuilds only what
+# changed since the first. One build (CUDA off, Release, ccache); then per mutation: apply it (it must match
+# exactly once, else the script stops: a list that silently stopped matching would report nothing), rebuild
+# incrementally, run `ctest -L cpu` with --stop-on-failure (one failing test kills the mutant), restore the file.
+#
+# Outcomes: KILLED (a test failed or timed out, or a static_assert failed at compile time: a test of the
+# constants); SURVIVED (everything passed); BUILD-FAILED (the mutant does not compile for another reason: a
+# broken mutation, never counted as killed); EQUIVALENT (survived, and the list argues it changes no behaviour).
+# Exit status 1 when any mutant SURVIVED or BUILD-FAILED.
+#
+# Left out of the suite: the MNIST end-to-end run (minutes per mutant), the checkpoint suite (its writer is
+# killed 100 times; it tests files, not the maths), test_install and check_layers (CMake packaging and include
+# rules, which no mutation of the maths changes).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LIST=$ROOT/scripts/mutations.txt
+FILTER=
+SCRATCH=$ROOT/build-mutate
+JOBS=2
+BASELINE=1
+CHECK_CMD=
+EXCLUDE='^(test_mnist_e2e|test_checkpoint|test_install|check_layers)$'
+TEST_TIMEOUT=300  # a mutant that loops forever is killed by the timeout
+
+while (($#)); do
+  case $1 in
+    -l) LIST=$(realpath "$2"); shift 2 ;;
+    -f) FILTER=$2; shift 2 ;;
+    -d) SCRATCH=$(realpath -m "$2"); shift 2 ;;
+    -j) JOBS=$2; shift 2 ;;
+    -c) CHECK_CMD=$2; shift 2 ;;
+    --no-baseline) BASELINE=0; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "mutate.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+SRC=$SCRATCH/src BUILD=$SCRATCH/build LOGS=$SCRATCH/logs
+mkdir -p "$SRC" "$LOGS"
+
+# ---- the list ----------------------------------------------------------------------------------------------
+# id @@ file @@ search @@ replacement @@ description   (an id starting with '=' marks an argued-equivalent mutant)
+declare -a IDS FILES SEARCHES REPLACES DESCS
+while IFS= read -r line || [[ -n $line ]]; do
+  [[ $line =~ ^[[:space:]]*(#|$) ]] && continue
+  python3 - "$line" >/dev/null <<'EOF' || { echo "mutate.sh: malformed line in $LIST: $line" >&2; exit 2; }
+import sys
+parts = sys.argv[1].split(" @@ ")
+sys.exit(0 if len(parts) == 5 and all(p.strip() for p in (parts[0], parts[1], parts[2], parts[4])) else 1)
+EOF
+  id=${line%% @@ *}; rest=${line#* @@ }
+  file=${rest%% @@ *}; rest=${rest#* @@ }
+  search=${rest%% @@ *}; rest=${rest#* @@ }
+  replace=${rest%% @@ *}; desc=${rest#* @@ }
+  if [[ -n $FILTER ]] && ! [[ $id =~ $FILTER || $file =~ $FILTER ]]; then continue; fi
+  IDS+=("$id"); FILES+=("$file"); SEARCHES+=("$search"); REPLACES+=("$replace"); DESCS+=("$desc")
+done <"$LIST"
+((${#IDS[@]})) || { echo "mutate.sh: no mutation in $LIST matches '$FILTER'" >&2; exit 2; }
+
+# ---- the scratch copy: only files that differ are written, so the build stays incremental ---------------------
+sync_tree() {
+  local n=0 rel
+  while IFS= read -r -d '' rel; do
+    rel=${rel#./}
+    if ! cmp -s "$ROOT/$rel" "$SRC/$rel"; then
+      mkdir -p "$(dirname "$SRC/$rel")"
+      cp "$ROOT/$rel" "$SRC/$rel"
+      n=$((n + 1))
+    fi
+  done < <(cd "$ROOT" && find . \( -path ./.git -o -path './build*' -o -path ./.deb -o -path ./.whl -o -path ./.gl \
+                                   -o -path ./data/mnist -o -name '*.swp' \) -prune -o -type f -print0)
+  # Files deleted from the working tree go from the copy too.
+  while IFS= read -r -d '' rel; do
+    rel=${rel#./}
+    [[ -e $ROOT/$rel ]] || { rm -f "$SRC/$rel"; n=$((n + 1)); }
+  done < <(cd "$SRC" && find . -type f -print0)
+  echo "mutate.sh: scratch copy $SRC updated ($n files)"
+}
+
+# Replaces the one occurrence of search by replacement in file (with --check, only counts it); fails loudly on zero
+# or several.
+apply_mutation() {
+  python3 - "$@" <<'EOF'
+import sys
+check = sys.argv[1] == "--check"
+path, search, replace = (a.replace("\\n", "\n") for a in sys.argv[1 + check:])
+text = open(path, encoding="utf-8").read()
+n = text.count(search)
+if n != 1:
+    sys.exit(f"mutate.sh: '{search}' occurs {n} times in {path}, not once")
+if not check:
+    open(path, "w", encoding="utf-8").write(text.replace(search, replace))
+EOF
+}
+
+build() {  # build <log>: 0 built, 1 a static_assert failed, 2 another compile error
+  if ninja -C "$BUILD" -j"$JOBS" >"$1" 2>&1; then return 0; fi
+  if grep -q "static assertion failed" "$1"; then return 1; fi
+  return 2
+}
+
+# run_suite <log>: 0 when the CPU suite passes; prints the first failing test (and Boost case) otherwise.
+run_suite() {
+  if [[ -n $CHECK_CMD ]]; then
+    if (cd "$BUILD" && timeout "$TEST_TIMEOUT" bash -c "$CHECK_CMD") >"$1" 2>&1; then return 0; fi
+    echo "the -c command failed: $(grep -m1 -oE 'error: in "[^"]+"' "$1" | sed -E 's/error: in "(.*)"/\1/' || true)"
+    return 1
+  fi
+  if (cd "$BUILD" && ctest -L cpu -E "$EXCLUDE" --timeout "$TEST_TIMEOUT" --stop-on-failure --output-on-failure \
+        -j"$JOBS") >"$1" 2>&1; then
+    return 0
+  fi
+  local test boost_case
+  local outcome='Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Child aborted|OTHER_FAULT'
+  test=$(grep -m1 -oE "[0-9]+ - [A-Za-z0-9_]+ \(($outcome)" "$1" |
+         sed -E 's/^[0-9]+ - //; s/$/)/' || true)
+  [[ -n $test ]] || test=$(grep -m1 -E '\*\*\*(Failed|Timeout|Exception)' "$1" | awk '{print $4}' || true)
+  boost_case=$(grep -m1 -oE 'error: in "[^"]+"' "$1" | sed -E 's/error: in "(.*)"/\1/' || true)
+  echo "${test:-?}${boost_case:+: $boost_case}"
+  return 1
+}
+
+START=$(date +%s)
+sync_tree
+# Every mutation must apply before anything is built.
+for i in "${!IDS[@]}"; do apply_mutation --check "$SRC/${FILES[$i]}" "${SEARCHES[$i]}" "${REPLACES[$i]}" || exit 2; done
+if [[ ! -f $BUILD/build.ninja ]]; then
+  cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA=OFF -DMIXTAPE_WERROR=OFF \
+        -DMIXTAPE_BUILD_BENCH=OFF -DMIXTAPE_BUILD_EXAMPLES=OFF -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+        >"$LOGS/configure.log"
+fi
+echo "mutate.sh: building the unmutated copy"
+if ! build "$LOGS/baseline-build.log"; then
+  echo "mutate.sh: the unmutated copy does not build: $LOGS/baseline-build.log" >&2
+  exit 2
+fi
+if ((BASELINE)); then
+  echo "mutate.sh: running the CPU suite on the unmutated copy"
+  if ! why=$(run_suite "$LOGS/baseline-test.log"); then
+    echo "mutate.sh: the unmutated suite fails ($why): every mutant would look killed; see $LOGS/baseline-test.log" >&2
+    exit 2
+  fi
+fi
+
+declare -a RESULTS DETAILS SECONDS_TAKEN
+survivors=0 broken=0
+for i in "${!IDS[@]}"; do
+  id=${IDS[$i]} file=${FILES[$i]}
+  t0=$(date +%s)
+  backup=$(mktemp)
+  cp "$SRC/$file" "$backup"
+  # Restore the file even when the script is interrupted mid-mutant.
+  trap 'cp "$backup" "$SRC/$file"; rm -f "$backup"' EXIT
+  apply_mutation "$SRC/$file" "${SEARCHES[$i]}" "${REPLACES[$i]}" || exit 2
+  log=$LOGS/${id#=}
+  echo "mutate.sh: [$((i + 1))/${#IDS[@]}] $id ($file): ${DESCS[$i]}"
+  status=0
+  build "$log.build.log" || status=$?
+  if ((status == 1)); then
+    where=$(grep -m1 -oE '[^ ]+:[0-9]+:[0-9]+: error: static assertion failed' "$log.build.log" |
+            sed -E 's/: error.*//; s|.*/src/||')
+    RESULTS[$i]=KILLED DETAILS[$i]="static_assert: $where"
+  elif ((status == 2)); then
+    RESULTS[$i]=BUILD-FAILED DETAILS[$i]="see $log.build.log"
+    broken=$((broken + 1))
+  elif why=$(run_suite "$log.test.log"); then
+    if [[ $id == =* ]]; then RESULTS[$i]=EQUIVALENT; else RESULTS[$i]=SURVIVED; survivors=$((survivors + 1)); fi
+    DETAILS[$i]="the tests passed"
+  else
+    RESULTS[$i]=KILLED DETAILS[$i]=$why
+  fi
+  cp "$backup" "$SRC/$file"
+  rm -f "$backup"
+  trap - EXIT
+  SECONDS_TAKEN[$i]=$(($(date +%s) - t0))
+  echo "mutate.sh:     ${RESULTS[$i]} (${SECONDS_TAKEN[$i]} s) ${DETAILS[$i]}"
+done
+
+echo
+printf '%-32s %-12s %5s  %s\n' mutation outcome secs "killed by / why"
+for i in "${!IDS[@]}"; do
+  printf '%-32s %-12s %5s  %s\n' "${IDS[$i]#=}" "${RESULTS[$i]}" "${SECONDS_TAKEN[$i]}" "${DETAILS[$i]}"
+done
+echo
+echo "mutate.sh: ${#IDS[@]} mutants, $survivors survived, $broken did not build; $(($(date +%s) - START)) s in all" \
+     "(logs in $LOGS)"
+((survivors == 0 && broken == 0))
