@@ -297,11 +297,11 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
              " a second time, but its saved tensors were already freed; call backward with retain_graph=true the "
              "first time");
     if (g.dtype() != n->dtype) g = g.to(n->dtype);
-    if (n->observation) n->observation->before_backward();
+    if (n->observation) [[unlikely]] n->observation->before_backward();
     Grads grads = n->backward(g);
     MT_CHECK(grads.size() == n->next_edges.size(), n->name(), ": backward returned ", grads.size(),
              " gradients for ", n->next_edges.size(), " inputs");
-    if (n->observation) {
+    if (n->observation) [[unlikely]] {
       NoGradGuard no_grad;  // what the observer computes is not the model's
       n->observation->on_backward(g, grads, n->next_edges);
     }

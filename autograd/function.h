@@ -178,8 +178,10 @@ Tensor apply(const Args&... args) {
 
   // 3. The forward, recording nothing itself. A kernel it notes (kernels::note_kernel) goes into the trace.
   const bool watched = (st.trace || st.observer) && !nested;
-  if (watched) op_hooks().take_noted_kernel();
-  if (st.observer && !nested) st.observer->before_forward();
+  if (watched) [[unlikely]] {
+    op_hooks().take_noted_kernel();
+    if (st.observer) st.observer->before_forward();
+  }
   Tensor out;
   try {
     detail::ForwardScope no_record;
@@ -195,7 +197,7 @@ Tensor apply(const Args&... args) {
   const char* kernel = watched ? op_hooks().take_noted_kernel() : nullptr;
   if (st.trace && !nested) st.trace->record(Op::kName, out.dtype(), kernel);
   if (st.anomaly && !nested) detail::check_finite(out, Op::kName, "forward", "output");
-  if (st.observer && !nested) {
+  if (st.observer && !nested) [[unlikely]] {
     std::vector<Tensor> inputs;
     std::apply([&](const auto&... a) { (detail::visit_tensors(a, [&](const Tensor& t) { inputs.push_back(t); }), ...); },
                cast_args);

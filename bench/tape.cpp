@@ -9,7 +9,8 @@
 // LibTorch times the same chain the same way in a child process
 // (bench_tape_libtorch, built when Torch is found: it never shares a process
 // with mixtape); the target is mixtape's tape cost per op (recording
-// plus backward) at most 0.5x LibTorch's.
+// plus backward) at most 0.5x LibTorch's. Last, the same chain inside an amp::Inspect scope (the numerics
+// inspector's price when on; off, it is in the rows above).
 #include <mixtape/mixtape.h>
 
 #include <algorithm>
@@ -47,11 +48,14 @@ struct TapeCost {
   double tape() const { return recording() + backward; }  // what the tape adds to one op, both passes
 };
 
-TapeCost measure_mixtape() {
+/// `inspect`: the chain runs inside an amp::Inspect scope (two statistics kernels per op and node).
+TapeCost measure_mixtape(bool inspect = false) {
   mt::Tensor w = mt::full({1}, 1.0001).requires_grad_();
   mt::Tensor c = mt::full({1}, 0.9999);
   std::vector<double> plain, record, backward;
   for (int r = 0; r < kRepeats; ++r) {
+    std::optional<mt::amp::Inspect> inspecting;
+    if (inspect) inspecting.emplace();
     {
       mt::autograd::NoGradGuard ng;
       auto t0 = Clock::now();
@@ -88,6 +92,7 @@ int main() {
   try {
     const TapeCost m = measure_mixtape();
     const std::optional<TapeCost> t = measure_libtorch();
+    const TapeCost inspected = measure_mixtape(/*inspect=*/true);
     // One row: a quantity of both sides, and their ratio.
     auto row = [&](const char* what, auto value) {
       if (t)
@@ -105,6 +110,10 @@ int main() {
     row("tape cost per op: recording + backward (target <= 0.5x)", [](const TapeCost& c) { return c.tape(); });
     row("op with recording + backward, per op", [](const TapeCost& c) { return c.record + c.backward; });
     if (!t) std::printf("\n(LibTorch was not found when this was configured: apt-get install libtorch-dev.)\n");
+    // The numerics inspector costs nothing when no amp::Inspect is alive (the rows above); inside one, each op and
+    // node also launches its statistics kernels.
+    std::printf("\ninside an amp::Inspect scope (mixtape): op with recording %.0f ns, backward %.0f ns per node\n",
+                inspected.record, inspected.backward);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_tape: error: %s\n", e.what());
