@@ -97,11 +97,14 @@ class Shape {
 /// The number of elements of `shape`, checked: a negative size or a product beyond int64 is an error naming `op`
 /// and the shape (Shape::numel() trusts a shape that already backs a tensor).
 inline int64_t checked_numel(const Shape& shape, const char* op) {
-  int64_t n = 1;
+  int64_t n = 1, extent = 1;  // extent: the product of the dims but zeros, what contiguous_strides multiplies
   for (int64_t i = 0; i < shape.size(); ++i) {
     MT_CHECK(shape[i] >= 0, op, ": negative size ", shape[i], " at dim ", i, " (shape ", shape, ")");
     MT_CHECK(!__builtin_mul_overflow(n, shape[i], &n), op, ": shape ", shape,
              " has more elements than a 64-bit count holds");
+    // An empty shape too: {0, 2^62, 4} holds nothing, but its strides would not fit in 64 bits.
+    MT_CHECK(!__builtin_mul_overflow(extent, shape[i] > 1 ? shape[i] : 1, &extent), op, ": shape ", shape,
+             " has dims whose product overflows the 64-bit strides");
   }
   return n;
 }

@@ -49,6 +49,7 @@ Shape infer_size(const Shape& shape, int64_t numel, const char* op) {
   } else {
     MT_CHECK(known == numel, op, ": shape ", shape, " is invalid for input of size ", numel);
   }
+  (void)checked_numel(out, op);  // an empty shape's strides must fit too ({0, 2^62, 4})
   return out;
 }
 
