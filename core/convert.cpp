@@ -6,6 +6,7 @@
 #include <mixtape/core/convert.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define MT_CONVERT_X86 1
 #endif
@@ -141,7 +142,10 @@ constexpr Converters kAvx2F16c{ConvertIsa::kAvx2F16c, "avx2+f16c",
 
 bool cpu_has_avx2_f16c() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C from cpuid (leaf 1, ECX bit 29): clang before 17 (Debian 12's, which builds fuzz/) has no
+  // __builtin_cpu_supports("f16c").
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
 }
 #endif
 

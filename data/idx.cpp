@@ -59,11 +59,14 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& in, const std::string& p
   MT_CHECK(inflateInit2(&s, 16 + MAX_WBITS) == Z_OK, "read_idx: zlib could not start inflating '", path, "'");
   std::unique_ptr<z_stream, int (*)(z_stream*)> guard(&s, &inflateEnd);
 
-  // The last 4 bytes hold the last member's length mod 2^32: a good first guess for the output size.
+  // The last 4 bytes hold the last member's length mod 2^32: a good first guess for the output size, but only a
+  // guess, since a truncated or corrupt file has anything there. Capped at what deflate can make of these bytes
+  // (1032 out for each byte in, its largest ratio): a 30-byte file must not cost a gigabyte before it fails.
   size_t guess = in.size() >= 4 ? (size_t{in[in.size() - 4]} | size_t{in[in.size() - 3]} << 8 |
                                    size_t{in[in.size() - 2]} << 16 | size_t{in[in.size() - 1]} << 24)
                                 : 0;
-  std::vector<uint8_t> out(std::clamp<size_t>(guess, 1 << 16, size_t{1} << 30));
+  const size_t most = std::min<size_t>(in.size() * 1032, size_t{1} << 30);
+  std::vector<uint8_t> out(std::clamp<size_t>(guess, std::min<size_t>(1 << 16, most), most));
   size_t produced = 0, fed = 0;
   for (;;) {
     if (s.avail_in == 0 && fed < in.size()) {
@@ -136,10 +139,12 @@ bool idx_type(uint8_t code, IdxType& t) {
 
 }  // namespace
 
-std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
-  std::vector<uint8_t> bytes = read_file(path);
-  return is_gzip(bytes) ? gunzip(bytes, path) : bytes;
+std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> bytes, const std::string& what) {
+  if (!is_gzip(bytes)) return bytes;  // moved out, not copied
+  return gunzip(bytes, what);
 }
+
+std::vector<uint8_t> read_maybe_gzip(const std::string& path) { return maybe_gunzip(read_file(path), path); }
 
 Tensor parse_idx(const std::vector<uint8_t>& b, const std::string& what) {
   const size_t n = b.size();
@@ -169,6 +174,12 @@ Tensor parse_idx(const std::vector<uint8_t>& b, const std::string& what) {
   overflow |= count > static_cast<uint64_t>(INT64_MAX);
   MT_CHECK(!overflow, "read_idx: '", what, "' has absurd dims ", shape, " (", type.name,
            "): their byte count overflows 64 bits");
+  // With a 0 among them the count is 0, but the tensor's strides are still the products of the other dims.
+  uint64_t extent = 1;
+  for (int64_t d : dims) overflow |= __builtin_mul_overflow(extent, static_cast<uint64_t>(std::max<int64_t>(d, 1)),
+                                                            &extent);
+  MT_CHECK(!overflow && extent <= static_cast<uint64_t>(INT64_MAX), "read_idx: '", what, "' has absurd dims ", shape,
+           ": no elements, but the other dims multiply past the 64-bit strides of a tensor");
   MT_CHECK(n >= total, "read_idx: '", what, "' is truncated: dims ", shape, " of ", type.name, " need ", data_bytes,
            " data bytes after the ", header, "-byte header, the file has ", n - header, " (", total - n, " short)");
   MT_CHECK(n == total, "read_idx: '", what, "' has ", n - total, " trailing bytes after the data of dims ", shape,

@@ -28,6 +28,10 @@ Tensor read_idx(const std::string& path);
 /// file). Throws mixtape::Error naming `path` on a missing file or a truncated/corrupt/trailing-garbage stream.
 std::vector<uint8_t> read_maybe_gzip(const std::string& path);
 
+/// `bytes` gunzipped when they start with the gzip magic, else as they are: read_maybe_gzip after the reading
+/// (`what` names the source in error messages). read_idx(path) is parse_idx(maybe_gunzip(<the file>, path), path).
+std::vector<uint8_t> maybe_gunzip(std::vector<uint8_t> bytes, const std::string& what);
+
 /// Parses IDX `bytes` (already decompressed); `what` names the source in error messages.
 Tensor parse_idx(const std::vector<uint8_t>& bytes, const std::string& what);
 

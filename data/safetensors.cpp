@@ -6,7 +6,8 @@
 // data_offsets); the reader trusts nothing in the file: every number it will index memory with is checked (in
 // 64 bits, multiplications overflow-checked) before a tensor is allocated, and the byte ranges must tile the data
 // exactly, as the format's spec requires. Tensors are read straight into their storage with pread, so loading
-// costs one copy of the checkpoint in memory, not two.
+// costs one copy of the checkpoint in memory, not two. One parser serves a file and bytes in memory (the fuzz
+// target's way in, fuzz/fuzz_safetensors.cpp): it asks its source for byte ranges it has already checked.
 #include <mixtape/data/safetensors.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -151,21 +153,39 @@ void sync_directory(const std::string& who, const std::string& path) {
 
 // ---- reading ------------------------------------------------------------------------------------------
 
-/// Reads exactly `n` bytes at `offset`, or throws naming what was being read.
-void read_exact(const std::string& who, int fd, void* out, uint64_t n, uint64_t offset, const std::string& what) {
-  auto* p = static_cast<char*>(out);
-  while (n > 0) {
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));
-    const ssize_t k = ::pread(fd, p, chunk, static_cast<off_t>(offset));
-    if (k < 0 && errno == EINTR) continue;
-    MT_CHECK(k >= 0, who, ": reading ", what, " failed: ", errno_text(errno));
-    MT_CHECK(k > 0, who, ": the file ended at byte ", offset, " while reading ", what,
-             " (was it truncated while being read?)");
-    p += k;
-    n -= static_cast<uint64_t>(k);
-    offset += static_cast<uint64_t>(k);
+/// Where a safetensors file's bytes come from: `size` of them, `read(out, n, offset, what)` copying exactly `n` at
+/// `offset` (which the parser has checked lie inside) or throwing naming `what`.
+/// The file: pread, straight into each tensor's storage.
+struct FileBytes {
+  const std::string& who;
+  int fd;
+  uint64_t size;
+
+  void read(void* out, uint64_t n, uint64_t offset, const std::string& what) const {
+    auto* p = static_cast<char*>(out);
+    while (n > 0) {
+      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));
+      const ssize_t k = ::pread(fd, p, chunk, static_cast<off_t>(offset));
+      if (k < 0 && errno == EINTR) continue;
+      MT_CHECK(k >= 0, who, ": reading ", what, " failed: ", errno_text(errno));
+      MT_CHECK(k > 0, who, ": the file ended at byte ", offset, " while reading ", what,
+               " (was it truncated while being read?)");
+      p += k;
+      n -= static_cast<uint64_t>(k);
+      offset += static_cast<uint64_t>(k);
+    }
   }
-}
+};
+
+/// Bytes the caller holds in memory.
+struct MemoryBytes {
+  std::span<const uint8_t> bytes;
+  uint64_t size;
+
+  void read(void* out, uint64_t n, uint64_t offset, const std::string&) const {
+    std::memcpy(out, bytes.data() + offset, static_cast<size_t>(n));
+  }
+};
 
 /// A JSON number that is a non-negative integer (2.0 is not one), as u64.
 std::optional<uint64_t> as_u64(const json& v) {
@@ -205,13 +225,16 @@ Entry parse_entry(const std::string& who, const std::string& key, const json& va
   MT_CHECK(shape.is_array(), what, ": shape ", brief(shape), " is not a list of non-negative integers");
   MT_CHECK(shape.size() <= static_cast<size_t>(Shape::kMaxDims), what, ": shape ", brief(shape), " has ",
            shape.size(), " dims, more than mixtape's ", Shape::kMaxDims);
-  uint64_t numel = 1;
+  // extent: the product with each 0 taken as 1, which a tensor's strides are, so it must fit them too.
+  constexpr uint64_t kMaxCount = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  uint64_t numel = 1, extent = 1;
   for (const json& d : shape) {
     const std::optional<uint64_t> size = as_u64(d);
     MT_CHECK(size.has_value(), what, ": shape ", brief(shape), " is not a list of non-negative integers");
-    MT_CHECK(!__builtin_mul_overflow(numel, *size, &numel) &&
-                 numel <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-             what, ": shape ", brief(shape), " has more elements than 64 bits count");
+    MT_CHECK(!__builtin_mul_overflow(numel, *size, &numel) && numel <= kMaxCount, what, ": shape ", brief(shape),
+             " has more elements than 64 bits count");
+    MT_CHECK(!__builtin_mul_overflow(extent, std::max<uint64_t>(*size, 1), &extent) && extent <= kMaxCount, what,
+             ": shape ", brief(shape), " has no elements, but its other dims multiply past a tensor's 64-bit strides");
     e.shape.push_back(static_cast<int64_t>(*size));
   }
   uint64_t nbytes = 0;
@@ -266,6 +289,8 @@ json parse_header(const std::string& who, const std::string& text) {
     header = json::parse(text, callback);
   } catch (const json::parse_error& e) {
     MT_ERROR(who, ": the header is not valid JSON: ", e.what());
+  } catch (const json::exception& e) {  // valid JSON nlohmann cannot hold: a number beyond a double (1e400)
+    MT_ERROR(who, ": the header cannot be parsed: ", e.what());
   }
   MT_CHECK(duplicate.empty(), who, ": ", duplicate);
   MT_CHECK(header.is_object(), who, ": the header is not a JSON object but ", header.type_name(), " ", brief(header));
@@ -322,21 +347,18 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
   sync_directory(who, path);
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  const std::string who = "load_safetensors: '" + path + "'";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  MT_CHECK(fd >= 0, who, ": cannot open the file: ", errno_text(errno));
-  FdCloser closer{fd};
-  struct stat st {};
-  MT_CHECK(::fstat(fd, &st) == 0, who, ": fstat failed: ", errno_text(errno));
-  MT_CHECK(S_ISREG(st.st_mode), who, ": not a regular file");
-  const auto file_size = static_cast<uint64_t>(st.st_size);
+namespace {
+
+/// The whole reader, over the bytes of a file or of memory: header, validation, then the tensors.
+template <class Bytes>
+SafetensorsFile parse(const std::string& who, const Bytes& in) {
+  const uint64_t file_size = in.size;
 
   // 1. The header length, then the header.
   MT_CHECK(file_size >= kHeaderLengthBytes, who, ": the file holds ", file_size,
            " bytes, fewer than the 8 of the header length");
   uint8_t length_bytes[kHeaderLengthBytes];
-  read_exact(who, fd, length_bytes, sizeof length_bytes, 0, "the header length");
+  in.read(length_bytes, sizeof length_bytes, 0, "the header length");
   uint64_t header_size = 0;
   std::memcpy(&header_size, length_bytes, sizeof header_size);  // little-endian (static_assert above)
   MT_CHECK(header_size <= kMaxHeaderBytes, who, ": the header length ", header_size,
@@ -344,7 +366,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   MT_CHECK(header_size <= file_size - kHeaderLengthBytes, who, ": the header length ", header_size,
            " reaches beyond the end of the file (", file_size, " bytes)");
   std::string text(header_size, '\0');
-  read_exact(who, fd, text.data(), header_size, kHeaderLengthBytes, "the header");
+  in.read(text.data(), header_size, kHeaderLengthBytes, "the header");
   const json header = parse_header(who, text);
 
   // 2. Each entry by itself, then all of them together: sorted by position, they must tile the data exactly.
@@ -380,7 +402,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   for (const Entry& e : entries) {
     Tensor t = empty(e.shape, TensorOptions(e.dtype));
     const std::string what = "tensor '" + e.key + "'";
-    if (e.end > e.begin) read_exact(who, fd, t.data_ptr(), e.end - e.begin, data_start + e.begin, what);
+    if (e.end > e.begin) in.read(t.data_ptr(), e.end - e.begin, data_start + e.begin, what);
     if (e.dtype == kBool) {  // a bool holding another byte is undefined behaviour in C++
       const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
       for (uint64_t i = 0; i < e.end - e.begin; ++i)
@@ -390,6 +412,23 @@ SafetensorsFile load_safetensors(const std::string& path) {
     out.tensors.insert(e.key, std::move(t));
   }
   return out;
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  const std::string who = "load_safetensors: '" + path + "'";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  MT_CHECK(fd >= 0, who, ": cannot open the file: ", errno_text(errno));
+  FdCloser closer{fd};
+  struct stat st {};
+  MT_CHECK(::fstat(fd, &st) == 0, who, ": fstat failed: ", errno_text(errno));
+  MT_CHECK(S_ISREG(st.st_mode), who, ": not a regular file");
+  return parse(who, FileBytes{who, fd, static_cast<uint64_t>(st.st_size)});
+}
+
+SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes, const std::string& what) {
+  return parse("parse_safetensors: '" + what + "'", MemoryBytes{bytes, bytes.size()});
 }
 
 }  // namespace mixtape::data

@@ -12,7 +12,9 @@
 //   net.load_state_dict(f.tensors);  // f.metadata.at("step") == "1000"
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 
 #include <mixtape/core/state_dict.h>
@@ -48,5 +50,9 @@ struct SafetensorsFile {
 /// file or disagrees with numel × itemsize; tensors that overlap or leave a gap; metadata values that are not
 /// strings; bytes after the last tensor; a BOOL byte other than 0 or 1.
 SafetensorsFile load_safetensors(const std::string& path);
+
+/// load_safetensors over bytes in memory (a file the caller mapped or received): the same checks, errors naming
+/// `what` where load_safetensors names the file.
+SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes, const std::string& what);
 
 }  // namespace mixtape::data

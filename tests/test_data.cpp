@@ -6,6 +6,7 @@
 // failures are exact: a header field changed, a byte cut off, a CRC flipped.
 #include <boost/test/unit_test.hpp>
 
+#include <sys/resource.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -647,6 +648,54 @@ BOOST_AUTO_TEST_CASE(loads_both_splits_with_the_published_statistics,
       BOOST_TEST(std::abs(xsum / (w.n * 784.0) - (w.mean_pixel / 255.0 - 0.1307) / 0.3081) < 1e-4);
     }
   }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- found by fuzz/fuzz_idx.cpp (each input is also in fuzz/corpus/idx/) ----------------------------------------
+
+BOOST_AUTO_TEST_SUITE(idx_fuzz_findings)
+
+// The peak resident memory of this process so far, in MiB.
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024;
+}
+
+BOOST_AUTO_TEST_CASE(a_corrupt_gzip_trailer_costs_no_more_memory_than_its_bytes_inflate_to, MT_CPU_TEST) {
+  // A truncated file ends anywhere, so its last 4 bytes, where a whole file keeps its length, can say 4 GiB: the
+  // reader took them as the size to allocate (up to 1 GiB) before finding the stream short.
+  TempDir dir;
+  Bytes cut = gz_bytes(dir, idx(0x08, {50, 40}, iota_bytes(2000)));
+  cut.resize(cut.size() / 2);
+  std::fill(cut.end() - 4, cut.end(), 0xFF);
+  write_raw(dir / "cut.gz", cut);
+  const double before = peak_rss_mib();
+  expect_error([&] { read_idx(dir / "cut.gz"); }, {dir / "cut.gz", "gzip stream"});
+  BOOST_TEST(peak_rss_mib() - before < 256, "peak memory grew by " << peak_rss_mib() - before << " MiB reading "
+                                                                     << cut.size() << " bytes");
+}
+
+BOOST_AUTO_TEST_CASE(a_zero_dim_does_not_hide_dims_past_the_strides, MT_CPU_TEST) {
+  // No elements, so no byte count overflows, but the strides of [0, 2^28, 2^28, 2^28] would (2^84).
+  TempDir dir;
+  write_raw(dir / "strides", idx(0x08, {0, 1u << 28, 1u << 28, 1u << 28}, {}));
+  expect_error([&] { read_idx(dir / "strides"); },
+               {dir / "strides", "absurd dims [0, 268435456, 268435456, 268435456]", "64-bit strides"});
+  // The largest that fit are read: an empty tensor of that shape.
+  write_raw(dir / "fits", idx(0x08, {0, 1u << 31, 1u << 31}, {}));
+  BOOST_TEST(read_idx(dir / "fits").shape() == Shape({0, int64_t{1} << 31, int64_t{1} << 31}));
+}
+
+BOOST_AUTO_TEST_CASE(maybe_gunzip_is_read_idx_without_the_file, MT_CPU_TEST) {
+  TempDir dir;
+  const Bytes raw = idx(0x08, {2, 3}, iota_bytes(6));
+  BOOST_TEST(maybe_gunzip(raw, "raw") == raw);
+  BOOST_TEST(maybe_gunzip(gz_bytes(dir, raw), "gz") == raw);
+  Bytes cut = gz_bytes(dir, raw);
+  cut.resize(cut.size() - 3);
+  expect_error([&] { maybe_gunzip(cut, "the buffer"); }, {"'the buffer' is a truncated gzip stream"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -448,6 +449,40 @@ BOOST_AUTO_TEST_CASE(saving_into_a_missing_or_unwritable_directory, MT_CPU_TEST)
     expect_error([&] { save_safetensors(ro, sd); }, {ro, "Permission denied"});
     fs::permissions(dir.path / "readonly", fs::perms::owner_all);
   }
+}
+
+// ---- bytes in memory, and what fuzz/fuzz_safetensors.cpp found (each input is also in fuzz/corpus/) -----------
+
+BOOST_AUTO_TEST_CASE(parses_bytes_in_memory_as_it_loads_a_file, MT_CPU_TEST) {
+  TempDir dir;
+  const StateDict sd = every_dtype();
+  save_safetensors(dir.file("a.safetensors"), sd, {{"step", "7"}});
+  const std::string bytes = read_bytes(dir.file("a.safetensors"));
+  auto span = [](const std::string& b) { return std::span(reinterpret_cast<const uint8_t*>(b.data()), b.size()); };
+  const mt::data::SafetensorsFile f = mt::data::parse_safetensors(span(bytes), "the buffer");
+  expect_same_dict(f.tensors, sd, "parse_safetensors");
+  BOOST_TEST((f.metadata == std::map<std::string, std::string>{{"step", "7"}}));
+  const std::string bad = one_tensor(R"("F32")", "[2]", "[0,8]", 4);
+  expect_error([&] { mt::data::parse_safetensors(span(bad), "the buffer"); },
+               {"parse_safetensors: 'the buffer'", "tensor 'w'", "reach beyond the data, which holds 4 bytes"});
+}
+
+BOOST_AUTO_TEST_CASE(a_number_beyond_a_double_is_an_error, MT_CPU_TEST) {
+  // Valid JSON that nlohmann cannot hold: its out_of_range escaped the reader, which promises mixtape::Error.
+  TempDir dir;
+  expect_load_error(dir, safetensors_bytes("1e400", ""), {"the header cannot be parsed", "number overflow"});
+  expect_load_error(dir, one_tensor(R"("F32")", "[1e400]", "[0,4]", 4), {"the header cannot be parsed"});
+}
+
+BOOST_AUTO_TEST_CASE(a_zero_dim_does_not_hide_dims_past_the_strides, MT_CPU_TEST) {
+  // No elements, so numel and the byte count are 0, but the strides of [0, 2^62, 3] would be 3 × 2^62.
+  TempDir dir;
+  expect_load_error(dir, one_tensor(R"("F32")", "[0,4611686018427387904,3]", "[0,0]", 0),
+                    {"tensor 'w'", "has no elements, but its other dims multiply past a tensor's 64-bit strides"});
+  const std::string fits = one_tensor(R"("F32")", "[0,4611686018427387904,1]", "[0,0]", 0);
+  write_bytes(dir.file("fits.safetensors"), fits);
+  BOOST_TEST(load_safetensors(dir.file("fits.safetensors")).tensors.at("w").shape() ==
+             Shape({0, int64_t{1} << 62, 1}));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

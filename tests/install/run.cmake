@@ -1,8 +1,10 @@
 # tests/install/run.cmake — ctest driver: install the built mixtape into a scratch prefix, check that exactly the
 # public headers were installed and that none of them includes an uninstalled one, then configure, build and run
 # a consumer project against the prefix: every installed header compiled by g++ and, where nvcc exists, by nvcc.
+# The consumer gets mixtape's compiler and sanitizers, as a user of a sanitizer build of mixtape must (its library
+# needs the sanitizers' runtimes loaded first, which only an executable linked with -fsanitize does).
 #   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=... -DPUBLIC_HEADERS=a,b,...
-#         [-DCUDA_COMPILER=<nvcc>] -P run.cmake
+#         -DCXX_COMPILER=<c++> [-DSANITIZE=address,undefined] [-DCUDA_COMPILER=<nvcc>] -P run.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
 function(step)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -52,8 +54,14 @@ set(_cuda_args -DCONSUMER_CUDA=OFF)
 if(CUDA_COMPILER)
   set(_cuda_args -DCONSUMER_CUDA=ON -DCMAKE_CUDA_COMPILER=${CUDA_COMPILER})
 endif()
+set(_sanitize_args)
+if(SANITIZE)
+  set(_sanitize_args "-DCMAKE_CXX_FLAGS=-fsanitize=${SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer"
+                     -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZE})
+endif()
 step(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
-     -DCMAKE_BUILD_TYPE=Release -DGENERATED_DIR=${_generated} ${_cuda_args})
+     -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DGENERATED_DIR=${_generated} ${_cuda_args}
+     ${_sanitize_args})
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 step(${WORK_DIR}/build/consumer)
 if(CUDA_COMPILER)
