@@ -205,8 +205,7 @@ void GradScaler::update() {
            "(or unscale_) for each optimizer of this iteration first");
   kernels::amp_update_scale_(m_scale, m_growth_tracker, combined, m_options.growth_factor, m_options.backoff_factor,
                              m_options.growth_interval);
-  m_last_states = std::move(m_states);
-  m_states.clear();
+  end_step();
 }
 
 void GradScaler::update(double new_scale) {
@@ -214,7 +213,7 @@ void GradScaler::update(double new_scale) {
   check_initialized("update");
   check_init_scale("GradScaler.update", "new_scale", new_scale);
   raw::fill_(m_scale, new_scale);
-  m_states.clear();
+  end_step();
 }
 
 void GradScaler::update(const Tensor& new_scale) {
@@ -226,6 +225,11 @@ void GradScaler::update(const Tensor& new_scale) {
            "grad (got ", new_scale.dtype(), " ", new_scale.shape(), new_scale.requires_grad() ? ", requiring grad" : "",
            ")");
   raw::copy_(m_scale, raw::reshape(new_scale, Shape{1}));
+  end_step();
+}
+
+void GradScaler::end_step() {
+  m_last_states = std::move(m_states);  // non_finite_gradients() still answers for the step just ended
   m_states.clear();
 }
 

@@ -126,6 +126,8 @@ class GradScaler {
   /// The scale on `device` (the scale tensor itself on its own device).
   Tensor scale_on(Device device) const;
   void unscale_impl(optim::Optimizer& optimizer, OptimizerState& state);
+  /// Every update() ends the step: the optimizers' states move to m_last_states.
+  void end_step();
 
   GradScalerOptions m_options;
   int64_t m_init_growth_tracker = 0;
