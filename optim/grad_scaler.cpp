@@ -20,6 +20,15 @@
 
 namespace mixtape::amp {
 
+namespace detail {
+
+Tensor reciprocal_scale(const Tensor& scale) {
+  // 1/S in f64, then rounded to f32 (PyTorch: f32 division can be imprecise under some compile options).
+  return raw::to(kernels::scalar(kernels::ScalarOp::kRdiv, raw::to(scale, DType::kF64), 1.0), DType::kF32);
+}
+
+}  // namespace detail
+
 namespace {
 
 constexpr const char* kKeys[] = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"};
@@ -99,9 +108,7 @@ void GradScaler::check_initialized(const char* method) const {
 
 void GradScaler::unscale_impl(optim::Optimizer& optimizer, OptimizerState& state) {
   autograd::NoGradGuard no_grad;
-  // 1/S in f64, then rounded to f32 (PyTorch: f32 division can be imprecise under some compile options).
-  const Tensor inv_scale =
-      raw::to(kernels::scalar(kernels::ScalarOp::kRdiv, raw::to(m_scale, DType::kF64), 1.0), DType::kF32);
+  const Tensor inv_scale = detail::reciprocal_scale(m_scale);
   // The gradients by device, in order of first appearance: one multi-tensor pass per device, any dtypes mixed.
   struct DeviceList {
     Device device;

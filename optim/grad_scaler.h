@@ -137,4 +137,10 @@ class GradScaler {
   std::vector<OptimizerState> m_last_states;  // those of the step the last update() ended
 };
 
+namespace detail {
+/// 1/S as one f32 element on S's device, the way the unscale pass multiplies by it (Inspect's unscaled
+/// statistics use the same).
+Tensor reciprocal_scale(const Tensor& scale);
+}  // namespace detail
+
 }  // namespace mixtape::amp

@@ -6,16 +6,15 @@
 // optimizers tell the inspector of this thread the loss scale, the non-finite flags of their unscale pass and the
 // values they are about to update (the detail:: hooks). report() reads everything back and derives the rest.
 #include <mixtape/optim/inspect.h>
+#include <mixtape/optim/grad_scaler.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -211,8 +210,7 @@ struct Inspect::State final : autograd::TapeObserver, std::enable_shared_from_th
   Tensor inv_scale_on(Device device) {
     for (const auto& [d, t] : inv_scales)
       if (d == device) return t;
-    const Tensor inv = raw::to(kernels::scalar(kernels::ScalarOp::kRdiv, raw::to(scale, device, DType::kF64), 1.0),
-                               DType::kF32);
+    const Tensor inv = detail::reciprocal_scale(raw::to(scale, device));
     inv_scales.emplace_back(device, inv);
     return inv;
   }
