@@ -1,5 +1,6 @@
-// cuda/conv.cu — im2col and col2im on the GPU: the column transforms conv2d's
-// forward (im2col, then a GEMM) and its dX (a GEMM, then col2im) are built on.
+// cuda/conv.cu — conv2d on the GPU: im2col + one GEMM for the whole batch
+// (ops/backend/conv_gemm.h, through this backend's kernels), and the column
+// transforms it is built on, im2col and col2im.
 //
 // The one design idea: both kernels give each thread one element of their
 // output, in the output's memory order. im2col's writes are then coalesced
@@ -16,6 +17,7 @@
 #include <mixtape/cuda/check.h>
 #include <mixtape/cuda/launch.cuh>
 #include <mixtape/cuda/window.cuh>
+#include <mixtape/ops/backend/conv_gemm.h>
 #include <mixtape/ops/backend/kernels.h>
 
 namespace mixtape::kernels::cuda {
@@ -140,6 +142,19 @@ Tensor col2im(const Tensor& cols_in, const Shape& input_shape, const Window2d& w
     });
   });
   return x;
+}
+
+// The whole batch in one GEMM: the caching allocator reuses the columns, and one launch beats many.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w) {
+  return conv2d_gemm(x, weight, bias, w, x.size(0));
+}
+
+Tensor conv2d_backward_input(const Tensor& dy, const Tensor& weight, const Shape& input_shape, const Window2d& w) {
+  return conv2d_gemm_backward_input(dy, weight, input_shape, w, dy.size(0));
+}
+
+Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Window2d& w) {
+  return conv2d_gemm_backward_weight(dy, x, w, dy.size(0));
 }
 
 }  // namespace mixtape::kernels::cuda

@@ -1,15 +1,19 @@
-// tests/test_conv.cpp — the convolution family (ops/conv.cpp, ops/cpu/conv.cpp, cuda/conv.cu): conv2d and its
-// columns, im2col/col2im.
+// tests/test_conv.cpp — the convolution family (ops/conv.cpp, ops/cpu/conv.cpp, ops/cpu/conv_winograd.cpp,
+// ops/backend/conv_gemm.cpp, cuda/conv.cu): conv2d, its two CPU paths, and its columns, im2col/col2im.
 //
 // The op's registry cases (gradcheck in f64, f32/f16/bf16 against f64; CUDA against the CPU in
-// tests/test_parity.cpp), conv2d against a direct convolution, col2im as im2col's adjoint, the errors of misuse,
+// tests/test_parity.cpp), conv2d against a direct convolution, col2im as im2col's adjoint, the CPU's Winograd path
+// against float64 and against im2col + GEMM, the errors of misuse,
 // and on CUDA: the column kernels against the CPU's (windows with stride 2, padding 1, dilation 2 and non-square
 // kernels, the MNIST shapes, non-contiguous inputs; col2im, whose sums a scatter would race on, giving the same
 // bits run after run), conv2d forward and backward on both devices, and conv2d's columns reaching the Tensor Core
 // GEMM.
 #include "family_test.h"
 
+#include <algorithm>
+
 #include <mixtape/autograd/autograd.h>
+#include <mixtape/ops/cpu/conv_winograd.h>
 
 namespace {
 
@@ -154,9 +158,11 @@ BOOST_AUTO_TEST_CASE(conv2d_unbatched_equals_a_batch_of_one, MT_CPU_TEST) {
 
 BOOST_AUTO_TEST_CASE(conv2d_in_chunks_equals_one_sample_at_a_time, MT_CPU_TEST) {
   // One sample's columns here are 16·3·3 rows x 51·51 positions: 1.5 MB in f32 (the accumulation dtype of bf16
-  // too), 3 MB in f64. Against ops/conv.cpp's 4 MiB budget a batch of 5 runs as chunks of 2, 2 and 1 samples (f32,
-  // bf16) or 5 chunks of 1 (f64); a batch of 1 is always one chunk, so sample by sample is the reference. y and dX
-  // come from the same per-sample GEMMs and must match exactly.
+  // too), 3 MB in f64. Against ops/cpu/conv.cpp's 4 MiB budget a batch of 5 runs as chunks of 2, 2 and 1 samples
+  // (f32, bf16) or 5 chunks of 1 (f64); a batch of 1 is always one chunk, so sample by sample is the reference. y and
+  // dX come from the same per-sample GEMMs and must match exactly. (f32 3x3 windows of stride 1 take the Winograd
+  // path on an AVX-512 CPU: forced off here, tested below.)
+  const mt::kernels::cpu::ForceConvPath gemm(mt::kernels::cpu::ConvPath::kGemm);
   for (DType dt : {mt::kF32, mt::kF64, mt::kBF16}) {
     BOOST_TEST_CONTEXT("dtype " << dt) {
       const Tensor x0 = randn_seeded({5, 16, 53, 53}, dt, 41), w0 = randn_seeded({4, 16, 3, 3}, dt, 42);
@@ -184,6 +190,158 @@ BOOST_AUTO_TEST_CASE(conv2d_in_chunks_equals_one_sample_at_a_time, MT_CPU_TEST) 
       expect_close(b.grad(), br.grad(), tol, "conv2d dbias");
     }
   }
+}
+
+// ---- the CPU's Winograd path ---------------------------------------------------------------------------
+
+namespace {
+
+using mt::kernels::cpu::ConvPath;
+using mt::kernels::cpu::ForceConvPath;
+
+/// max |got − want| over max |want|: the error measure of a transform-based algorithm, whose rounding errors scale
+/// with the magnitudes inside the transform, not with each output's own.
+double max_error_over_max(const Tensor& got, const Tensor& want) {
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  double err = 0.0, scale = 0.0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    err = std::max(err, std::abs(g[i] - w[i]));
+    scale = std::max(scale, std::abs(w[i]));
+  }
+  return scale > 0.0 ? err / scale : err;
+}
+
+struct ConvResult {
+  Tensor y, dx, dweight, dbias;
+};
+
+/// y and the three gradients of conv2d for dy, in the dtype of the arguments.
+ConvResult conv_and_grads(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& dy,
+                          const mt::Conv2dOptions& o) {
+  const Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_();
+  const Tensor b = b0.defined() ? b0.detach().requires_grad_() : Tensor();
+  const Tensor y = mt::conv2d(x, w, b, o);
+  y.backward(dy);
+  return {y, x.grad(), w.grad(), b.defined() ? b.grad() : Tensor()};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(winograd_matches_float64_and_im2col, MT_CPU_TEST) {
+  if (!mt::kernels::cpu::winograd_supported()) {
+    BOOST_TEST_MESSAGE("winograd_matches_float64_and_im2col: skipped, this CPU has no AVX-512F");
+    return;
+  }
+  struct Config {
+    Shape x;
+    int64_t c_out, padding;
+    bool bias;
+  };
+  const Config configs[] = {
+      {{4, 32, 26, 26}, 64, 0, true},  // the MNIST net's second convolution
+      {{3, 5, 9, 11}, 7, 1, true},     // channels below a vector, outputs not a multiple of the 4x4 tile
+      {{2, 17, 8, 7}, 33, 2, false},   // padding 2; 17 and 33 channels: full vectors and a partial one
+      {{2, 64, 6, 6}, 16, 1, true},    // the input gradient's convolution has 16 outputs, the forward 64 inputs
+      {{3, 3, 3, 3}, 2, 0, true},      // one output pixel
+      {{2, 1, 12, 12}, 32, 1, true},   // a single input channel
+  };
+  for (const Config& c : configs) {
+    BOOST_TEST_CONTEXT("x " << c.x << ", C_out " << c.c_out << ", padding " << c.padding << ", bias " << c.bias) {
+      const Tensor x = randn_seeded(c.x, mt::kF64, 61), w = randn_seeded({c.c_out, c.x[1], 3, 3}, mt::kF64, 62);
+      const Tensor b = c.bias ? randn_seeded({c.c_out}, mt::kF64, 63) : Tensor();
+      const mt::Conv2dOptions o = conv_options(1, c.padding, 1);
+      BOOST_TEST(mt::kernels::cpu::use_winograd(mt::kF32, c.x, c.c_out,
+                                                {{3, 3}, {1, 1}, {c.padding, c.padding}, {1, 1}}));
+      const Shape y_shape{c.x[0], c.c_out, c.x[2] + 2 * c.padding - 2, c.x[3] + 2 * c.padding - 2};
+      const Tensor dy = randn_seeded(y_shape, mt::kF64, 64);
+      const ConvResult want = conv_and_grads(x, w, b, dy, o);  // f64: im2col + GEMM
+      const Tensor b32 = b.defined() ? b.to(mt::kF32) : Tensor();
+      ConvResult wino, gemm;
+      {
+        const ForceConvPath force(ConvPath::kWinograd);
+        wino = conv_and_grads(x.to(mt::kF32), w.to(mt::kF32), b32, dy.to(mt::kF32), o);
+      }
+      {
+        const ForceConvPath force(ConvPath::kGemm);
+        gemm = conv_and_grads(x.to(mt::kF32), w.to(mt::kF32), b32, dy.to(mt::kF32), o);
+      }
+      // The bound: the transforms scale by up to 8 (output), 5 (input) and 1/24 (filter), so an f32 rounding inside
+      // them weighs more than in a direct sum. Measured on these cases: y up to 5.0e-6 of the largest |y|, dx 2.8e-6,
+      // dweight 2.5e-6 (im2col + sgemm: 0.4e-7 to 6.4e-7); with one input channel or one output pixel, ~2e-7.
+      const double bound = 1e-5;
+      struct Part {
+        const char* name;
+        Tensor wino, gemm, want;
+      };
+      const Part parts[] = {{"y", wino.y, gemm.y, want.y},
+                            {"dx", wino.dx, gemm.dx, want.dx},
+                            {"dweight", wino.dweight, gemm.dweight, want.dweight}};
+      for (const Part& part : parts) {
+        BOOST_TEST(part.wino.dtype() == mt::kF32);
+        BOOST_TEST(part.wino.shape() == part.want.shape(), part.name << ": shape " << part.wino.shape());
+        const double e_wino = max_error_over_max(part.wino, part.want);
+        const double e_gemm = max_error_over_max(part.gemm, part.want);
+        BOOST_TEST_MESSAGE("winograd " << part.name << " " << c.x << " -> " << c.c_out << ": max error / max "
+                                       << e_wino << " (im2col + GEMM " << e_gemm << ")");
+        BOOST_TEST(e_wino <= bound, part.name << ": max error / max " << e_wino << " > " << bound);
+      }
+      if (c.bias) expect_close(wino.dbias, want.dbias, {1e-5, 1e-4}, "dbias");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(winograd_batch_equals_its_images, MT_CPU_TEST) {
+  if (!mt::kernels::cpu::winograd_supported()) {
+    BOOST_TEST_MESSAGE("winograd_batch_equals_its_images: skipped, this CPU has no AVX-512F");
+    return;
+  }
+  // Images go to threads whole: y and dx of an image do not depend on the batch around it, bit for bit. The
+  // weight gradient sums the transformed gradients dU per thread, then over threads, and transforms back once; the
+  // images' own dweights each went through that last transform alone, so the two differ by the Winograd error of
+  // a few images' dU (measured 1.9e-6 of the largest value), not by f32 reassociation alone.
+  const ForceConvPath force(ConvPath::kWinograd);
+  const Tensor x = randn_seeded({5, 20, 13, 10}, mt::kF32, 71), w = randn_seeded({24, 20, 3, 3}, mt::kF32, 72);
+  const Tensor b = randn_seeded({24}, mt::kF32, 73), dy = randn_seeded({5, 24, 13, 10}, mt::kF32, 74);
+  const mt::Conv2dOptions o = conv_options(1, 1, 1);
+  const ConvResult all = conv_and_grads(x, w, b, dy, o);
+  Tensor dweight_sum = mt::zeros(w.shape(), mt::kF64);
+  for (int64_t i = 0; i < 5; ++i) {
+    const ConvResult one = conv_and_grads(x.slice(0, i, i + 1), w, b, dy.slice(0, i, i + 1), o);
+    const std::string at = "image " + std::to_string(i);
+    expect_same_bits(all.y.slice(0, i, i + 1), one.y, "y, " + at);
+    expect_same_bits(all.dx.slice(0, i, i + 1), one.dx, "dx, " + at);
+    dweight_sum = dweight_sum + one.dweight.to(mt::kF64);
+  }
+  BOOST_TEST(max_error_over_max(all.dweight, dweight_sum) <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(winograd_covers_only_its_windows, MT_CPU_TEST) {
+  namespace cpu = mt::kernels::cpu;
+  const Shape x{8, 32, 26, 26};
+  const mt::kernels::Window2d k3{{3, 3}, {1, 1}, {0, 0}, {1, 1}};
+  BOOST_TEST(cpu::use_winograd(mt::kF32, x, 64, k3) == cpu::winograd_supported());
+  BOOST_TEST(!cpu::use_winograd(mt::kF64, x, 64, k3));
+  BOOST_TEST(!cpu::use_winograd(mt::kF16, x, 64, k3));
+  BOOST_TEST(!cpu::use_winograd(mt::kBF16, x, 64, k3));
+  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {2, 2}, {0, 0}, {1, 1}}));  // stride 2
+  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {0, 0}, {2, 2}}));  // dilation 2
+  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{5, 5}, {1, 1}, {0, 0}, {1, 1}}));  // 5x5
+  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {3, 3}, {1, 1}}));  // padding 3
+  {
+    const cpu::ForceConvPath gemm(cpu::ConvPath::kGemm);
+    BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, k3));
+  }
+  BOOST_TEST(cpu::use_winograd(mt::kF32, x, 64, k3) == cpu::winograd_supported());
+  // The public switch: direct sums, bit for bit im2col + GEMM's.
+  BOOST_TEST(mt::allow_winograd());
+  mt::set_allow_winograd(false);
+  const bool used = cpu::use_winograd(mt::kF32, x, 64, k3);
+  const Tensor xs = randn_seeded({2, 8, 9, 9}, mt::kF32, 75), ws = randn_seeded({4, 8, 3, 3}, mt::kF32, 76);
+  const Tensor direct = mt::conv2d(xs, ws);
+  mt::set_allow_winograd(true);
+  BOOST_TEST(!used);
+  const cpu::ForceConvPath gemm(cpu::ConvPath::kGemm);
+  expect_same_bits(direct, mt::conv2d(xs, ws), "conv2d with Winograd disallowed");
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes, MT_CPU_TEST) {

@@ -223,10 +223,26 @@ struct MaxPoolResult {
     is_floating(x.dtype()) && dy.dtype() == x.dtype() && mean.dtype() == acc_dtype(x.dtype()) &&               \
     invstd.dtype() == acc_dtype(x.dtype()) && floating_or_undefined(weight))
 
-// Convolution columns (ops/cpu/conv.cpp, cuda/conv.cu). The window fits the padded input.
+// Convolution (ops/cpu/conv.cpp, cuda/conv.cu). The window fits the padded input; x (N, C_in, H, W), weight
+// (C_out, C_in, kH, kW), dy (N, C_out, H_out, W_out). Each backend picks its algorithm: the CPU runs f32 3x3 windows
+// of stride 1 through Winograd F(4x4, 3x3) where it has AVX-512 (ops/cpu/conv_winograd.h), everything else as
+// im2col + GEMM in cache-sized chunks; CUDA as im2col + one GEMM (ops/backend/conv_gemm.h). Sums in acc_dtype,
+// one rounding per output.
+//   conv2d(x, weight, bias, w)                      y (N, C_out, H_out, W_out) = x ⋆ weight + bias (bias (C_out) or
+//                                                   undefined), in x's dtype.
+//   conv2d_backward_input(dy, weight, input_shape, w)  dx (input_shape), the adjoint of conv2d in x.
+//   conv2d_backward_weight(dy, x, w)                dweight (C_out, C_in, kH, kW), summed over the batch.
 //   im2col(x, w)                    x (N, C, H, W) -> columns (N, C·kH·kW, H_out·W_out); padding reads as 0.
 //   col2im(cols, input_shape, w)    the adjoint: each column entry added to the pixel it came from, (N, C, H, W).
 #define MT_KERNELS_CONV(X)                                                                                     \
+  X(Tensor, conv2d, (const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w),           \
+    (x, weight, bias, w),                                                                                      \
+    is_floating(x.dtype()) && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()))   \
+  X(Tensor, conv2d_backward_input,                                                                             \
+    (const Tensor& dy, const Tensor& weight, const Shape& input_shape, const Window2d& w),                     \
+    (dy, weight, input_shape, w), is_floating(dy.dtype()) && weight.dtype() == dy.dtype())                     \
+  X(Tensor, conv2d_backward_weight, (const Tensor& dy, const Tensor& x, const Window2d& w), (dy, x, w),       \
+    is_floating(dy.dtype()) && x.dtype() == dy.dtype())                                                        \
   X(Tensor, im2col, (const Tensor& x, const Window2d& w), (x, w), is_floating(x.dtype()))                     \
   X(Tensor, col2im, (const Tensor& cols, const Shape& input_shape, const Window2d& w), (cols, input_shape, w), \
     is_floating(cols.dtype()))

@@ -13,10 +13,77 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <mixtape/ops/cpu/loops.h>
 #include <mixtape/ops/cpu/window.h>
 
 namespace mixtape::kernels::cpu {
+
+namespace {
+
+#if defined(__x86_64__)
+// GCC 12's AVX-512 intrinsics start some results from an undefined register, which -Wmaybe-uninitialized reports
+// once inlined into a function with a target attribute (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+bool has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+/// The windows where tap v (at positions pos) is greater than the best so far, or is the first NaN, take it.
+__attribute__((target("avx512f"))) inline void take_tap(__m512 v, __m512i pos, __m512& best, __m512i& at) {
+  const __mmask16 wins = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
+                         (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q));
+  best = _mm512_mask_mov_ps(best, wins, v);
+  at = _mm512_mask_mov_epi32(at, wins, pos);
+}
+
+/// One f32 plane's 2x2 max-pool of stride 2 (no padding), sixteen windows per step: the taps in (kh, kw) order, a
+/// tap taking the window when it is greater than the best so far or is the first NaN (the rule of the scalar loop).
+/// Positions are computed in 32 bits: the caller checks that a plane has fewer than 2^31 pixels.
+__attribute__((target("avx512f"))) void max_pool_2x2_avx512(const float* src, int64_t h, int64_t w, int64_t ho,
+                                                             int64_t wo, float* dst, int64_t* idx) {
+  (void)h;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i twice_lane = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i down = _mm512_set1_epi32(static_cast<int>(w));
+  for (int64_t oh = 0; oh < ho; ++oh) {
+    const float* r0 = src + 2 * oh * w;
+    const float* r1 = r0 + w;
+    for (int64_t ow = 0; ow < wo; ow += 16) {
+      const int64_t n = std::min<int64_t>(16, wo - ow);  // windows in this step
+      const __mmask16 lo = static_cast<__mmask16>(n >= 8 ? 0xffff : (1u << (2 * n)) - 1u);
+      const __mmask16 hi = static_cast<__mmask16>(n <= 8 ? 0 : (1u << (2 * (n - 8))) - 1u);
+      const __m512 r0a = _mm512_maskz_loadu_ps(lo, r0 + 2 * ow), r0b = _mm512_maskz_loadu_ps(hi, r0 + 2 * ow + 16);
+      const __m512 r1a = _mm512_maskz_loadu_ps(lo, r1 + 2 * ow), r1b = _mm512_maskz_loadu_ps(hi, r1 + 2 * ow + 16);
+      __m512 best = _mm512_permutex2var_ps(r0a, even, r0b);
+      __m512i at = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(2 * oh * w + 2 * ow)), twice_lane);
+      const __m512i at0 = at;
+      take_tap(_mm512_permutex2var_ps(r0a, odd, r0b), _mm512_add_epi32(at0, _mm512_set1_epi32(1)), best, at);
+      take_tap(_mm512_permutex2var_ps(r1a, even, r1b), _mm512_add_epi32(at0, down), best, at);
+      take_tap(_mm512_permutex2var_ps(r1a, odd, r1b), _mm512_add_epi32(_mm512_add_epi32(at0, down), _mm512_set1_epi32(1)),
+               best, at);
+      const __mmask16 out = static_cast<__mmask16>((1u << n) - 1u);
+      _mm512_mask_storeu_ps(dst + oh * wo + ow, out, best);
+      _mm512_mask_storeu_epi64(idx + oh * wo + ow, static_cast<__mmask8>(out), _mm512_cvtepi32_epi64(_mm512_castsi512_si256(at)));
+      _mm512_mask_storeu_epi64(idx + oh * wo + ow + 8, static_cast<__mmask8>(out >> 8),
+                               _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(at, 1)));
+    }
+  }
+}
+#pragma GCC diagnostic pop
+#else
+bool has_avx512() { return false; }
+void max_pool_2x2_avx512(const float*, int64_t, int64_t, int64_t, int64_t, float*, int64_t*) {}
+#endif
+
+}  // namespace
 
 MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
   const Tensor x = raw::contiguous(x_in);
@@ -48,11 +115,47 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
       }
       return at;
     };
+    // 2x2 windows of stride 2 without padding (the MNIST net's, and most CNNs'): every tap is inside, so the four
+    // comparisons go without branches (a NaN is taken when the best so far is not one: the first NaN wins).
+    const bool two_by_two = w.kernel[0] == 2 && w.kernel[1] == 2 && w.stride[0] == 2 && w.stride[1] == 2 &&
+                            w.padding[0] == 0 && w.padding[1] == 0 && w.dilation[0] == 1 && w.dilation[1] == 1;
+    auto pool_2x2 = [&](const T* src, T* dst, int64_t* idx) {
+      for (int64_t oh = 0; oh < p.ho; ++oh) {
+        const T* r0 = src + 2 * oh * p.w;
+        const T* r1 = r0 + p.w;
+        for (int64_t ow = 0; ow < p.wo; ++ow) {
+          const int64_t at0 = 2 * oh * p.w + 2 * ow;
+          M best = static_cast<M>(r0[2 * ow]);
+          int64_t at = at0;
+          auto take = [&](T t, int64_t pos) {
+            const M v = static_cast<M>(t);
+            const bool wins = v > best || (v != v && best == best);
+            best = wins ? v : best;
+            at = wins ? pos : at;
+          };
+          take(r0[2 * ow + 1], at0 + 1);
+          take(r1[2 * ow], at0 + p.w);
+          take(r1[2 * ow + 1], at0 + p.w + 1);
+          idx[oh * p.wo + ow] = at;
+          dst[oh * p.wo + ow] = convert<T>(best);  // exact: best is one of the taps
+        }
+      }
+    };
 #pragma omp parallel for schedule(static) if (x.numel() >= kParallelMin)
     for (int64_t nc = 0; nc < p.count(); ++nc) {
       const T* src = xp + nc * p.in_plane();
       T* dst = yp + nc * p.out_plane();
       int64_t* idx = ip + nc * p.out_plane();
+      if (two_by_two) {
+        if constexpr (std::is_same_v<T, float>) {
+          if (has_avx512() && p.in_plane() < (int64_t{1} << 31)) {
+            max_pool_2x2_avx512(src, p.h, p.w, p.ho, p.wo, dst, idx);
+            continue;
+          }
+        }
+        pool_2x2(src, dst, idx);
+        continue;
+      }
       for (int64_t oh = 0; oh < p.ho; ++oh)
         for (int64_t ow = 0; ow < p.wo; ++ow) {
           const int64_t o = oh * p.wo + ow, at = window_argmax(src, oh, ow);

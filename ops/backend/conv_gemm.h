@@ -1,0 +1,34 @@
+// ops/backend/conv_gemm.h — conv2d as im2col + GEMM on any device, through the kernel entry points.
+//
+// The one design idea: a convolution is a GEMM over im2col columns. With the weight viewed as (C_out, C_in·kH·kW)
+// and the input unfolded into (N, C_in·kH·kW, H_out·W_out) columns, y = W · cols is one batched product, and so are
+// both gradients: dW = Σ_n dY_n · cols_nᵀ, dX = col2im(Wᵀ · dY). Every backend can compose it from its im2col,
+// col2im, matmul, reduce and binary_ kernels; the CUDA backend's conv2d kernels are exactly this, the CPU's take it
+// for the windows its Winograd path does not cover (ops/cpu/conv.cpp).
+//
+// `chunk` samples go through the columns and the GEMMs together (chunk >= N: the whole batch in one product). The
+// columns are kH·kW copies of the input: a CPU wants chunks whose columns fit its cache, a GPU the whole batch.
+// Like matmul, f16/bf16 products accumulate in f32, and a result that is summed further (the bias add, the batch sum
+// of dW, col2im's overlapping windows) stays in f32 until its one rounding.
+//
+// Internal: the CPU and CUDA backends call these; the op (ops/conv.cpp) calls the table's conv2d kernels.
+#pragma once
+
+#include <cstdint>
+
+#include <mixtape/ops/backend/kernels.h>
+
+namespace mixtape::kernels {
+
+/// y (N, C_out, H_out, W_out) in x's dtype = conv(x (N, C_in, H, W), weight (C_out, C_in, kH, kW)) + bias (C_out, or
+/// undefined).
+Tensor conv2d_gemm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w, int64_t chunk);
+
+/// dx (input_shape) in dy's dtype = col2im(Wᵀ · dY) for dy (N, C_out, H_out, W_out).
+Tensor conv2d_gemm_backward_input(const Tensor& dy, const Tensor& weight, const Shape& input_shape,
+                                  const Window2d& w, int64_t chunk);
+
+/// dweight (C_out, C_in, kH, kW) in dy's dtype = Σ_n dY_n · cols_nᵀ, summed over the batch in acc_dtype.
+Tensor conv2d_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Window2d& w, int64_t chunk);
+
+}  // namespace mixtape::kernels
