@@ -40,6 +40,10 @@ constexpr int kTile = 4;    // outputs per tile side
 constexpr int kAlpha = 6;   // inputs per tile side: kTile + 3 − 1
 constexpr int kXi = 36;     // positions of a transformed tile
 constexpr int kGroup = 12;  // tiles transformed and multiplied together (their V and M stay in L1/L2)
+// Fewer input or output channels than this stay with im2col + GEMM: the transforms fill 16 lanes with them, and
+// measured on the 2-core AVX-512 VM (batch 128, 28x28) one input channel is no faster by Winograd (forward 1.3-1.5
+// vs 1.3-2.3 ms, both gradients slower: 3.3-4.2 vs 2.4-2.5 ms), while four are 2-3x faster in every direction.
+constexpr int64_t kMinChannels = 4;
 // The scratch of one image beyond which the automatic choice keeps im2col: such images are far from what the
 // Winograd path was measured on, and each thread would hold this much.
 constexpr int64_t kMaxImageScratchBytes = int64_t{256} << 20;
@@ -198,8 +202,8 @@ MT_AVX512 inline void transpose_block(const float* src, int64_t lds, int64_t row
 MT_AVX512 void pack_channels_last(const float* src, int64_t c, int64_t h, int64_t w, float* dst, int64_t hd,
                                   int64_t wd, int64_t c_p, int64_t off_h, int64_t off_w) {
   std::memset(dst, 0, sizeof(float) * static_cast<size_t>(hd * wd * c_p));
-  for (int64_t y = 0; y < h; ++y)
-    for (int64_t c0 = 0; c0 < c; c0 += 16)
+  for (int64_t c0 = 0; c0 < c; c0 += 16)  // 16 planes at a time, each read front to back
+    for (int64_t y = 0; y < h; ++y)
       for (int64_t x0 = 0; x0 < w; x0 += 16)
         transpose_block(src + (c0 * h + y) * w + x0, h * w, std::min<int64_t>(16, c - c0), std::min<int64_t>(16, w - x0),
                         dst + ((off_h + y) * wd + off_w + x0) * c_p + c0, c_p, 16);
@@ -208,9 +212,9 @@ MT_AVX512 void pack_channels_last(const float* src, int64_t c, int64_t h, int64_
 /// dst[c][y][x] = src[y][x][c] for dst (c, h, w) and src (·, ws, c_p): the channels-last output back into planes.
 MT_AVX512 void unpack_channels_first(const float* src, int64_t ws, int64_t c_p, float* dst, int64_t c, int64_t h,
                                      int64_t w) {
-  for (int64_t y = 0; y < h; ++y)
-    for (int64_t x0 = 0; x0 < w; x0 += 16)
-      for (int64_t c0 = 0; c0 < c; c0 += 16) {
+  for (int64_t c0 = 0; c0 < c; c0 += 16)  // 16 planes at a time, each written front to back
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t x0 = 0; x0 < w; x0 += 16) {
         const int64_t pixels = std::min<int64_t>(16, w - x0);
         transpose_block(src + (y * ws + x0) * c_p + c0, c_p, pixels, std::min<int64_t>(16, c - c0),
                         dst + (c0 * h + y) * w + x0, h * w, pixels);
@@ -531,7 +535,7 @@ bool use_winograd(DType dtype, const Shape& x_shape, int64_t c_out, const Window
   const WinogradShape s{x_shape[0], x_shape[1], x_shape[2], x_shape[3], c_out, w.padding[0], w.padding[1]};
   if (s.ho() < 1 || s.wo() < 1) return false;
   if (path == ConvPath::kWinograd) return true;
-  if (!g_allow.load()) return false;
+  if (!g_allow.load() || std::min(s.c_in, s.c_out) < kMinChannels) return false;
   // Both directions' scratch (the input gradient's convolution swaps the channels and grows the image by 2).
   const WinogradShape back{s.n, s.c_out, s.ho(), s.wo(), s.c_in, 2 - s.pad_h, 2 - s.pad_w};
   return std::max(image_scratch_bytes(plan_of(s)), image_scratch_bytes(plan_of(back))) <= kMaxImageScratchBytes;
