@@ -153,8 +153,8 @@ Tensor conv2d_backward_input(const Tensor& dy, const Tensor& weight, const Shape
   return conv2d_gemm_backward_input(dy, weight, input_shape, w, dy.size(0));
 }
 
-Tensor conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Window2d& w) {
-  return conv2d_gemm_backward_weight(dy, x, w, dy.size(0));
+Conv2dWeightGrads conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Window2d& w, bool bias) {
+  return conv2d_gemm_backward_weight(dy, x, w, bias, dy.size(0));
 }
 
 }  // namespace mixtape::kernels::cuda

@@ -75,8 +75,13 @@ struct Conv2d {
       dx = kernels::conv2d_backward_input(dy, ctx.saved(1), ctx.x_shape, ctx.window);  // (N, C_in, H, W)
       if (ctx.unbatched) dx = raw::squeeze(dx, 0);
     }
-    if (ctx.needs_input_grad(1)) dweight = kernels::conv2d_backward_weight(dy, ctx.saved(0), ctx.window);
-    if (ctx.needs_input_grad(2)) {
+    if (ctx.needs_input_grad(1)) {
+      // dbias comes with dweight: a backend may sum it while it reads dy anyway.
+      kernels::Conv2dWeightGrads grads =
+          kernels::conv2d_backward_weight(dy, ctx.saved(0), ctx.window, ctx.needs_input_grad(2));
+      dweight = std::move(grads.dweight);
+      dbias = std::move(grads.dbias);
+    } else if (ctx.needs_input_grad(2)) {
       const Tensor g = raw::reshape(dy, {dy.size(0), dy.size(1), dy.size(2) * dy.size(3)});  // (N, C_out, L)
       const int64_t dims[2] = {0, 2};
       dbias = kernels::reduce(kernels::ReduceOp::kSum, g, dims, false, dy.dtype());  // (C_out), summed in acc

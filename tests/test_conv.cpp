@@ -250,10 +250,8 @@ BOOST_AUTO_TEST_CASE(winograd_matches_float64_and_im2col, MT_CPU_TEST) {
       const Tensor x = randn_seeded(c.x, mt::kF64, 61), w = randn_seeded({c.c_out, c.x[1], 3, 3}, mt::kF64, 62);
       const Tensor b = c.bias ? randn_seeded({c.c_out}, mt::kF64, 63) : Tensor();
       const mt::Conv2dOptions o = conv_options(1, c.padding, 1);
-      // Left to itself, the CPU keeps im2col for fewer than 4 input or output channels.
       BOOST_TEST(mt::kernels::cpu::use_winograd(mt::kF32, c.x, c.c_out,
-                                                {{3, 3}, {1, 1}, {c.padding, c.padding}, {1, 1}}) ==
-                 (std::min(c.x[1], c.c_out) >= 4));
+                                                {{3, 3}, {1, 1}, {c.padding, c.padding}, {1, 1}}));
       const Shape y_shape{c.x[0], c.c_out, c.x[2] + 2 * c.padding - 2, c.x[3] + 2 * c.padding - 2};
       const Tensor dy = randn_seeded(y_shape, mt::kF64, 64);
       const ConvResult want = conv_and_grads(x, w, b, dy, o);  // f64: im2col + GEMM
@@ -329,12 +327,9 @@ BOOST_AUTO_TEST_CASE(winograd_covers_only_its_windows, MT_CPU_TEST) {
   BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {0, 0}, {2, 2}}));  // dilation 2
   BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{5, 5}, {1, 1}, {0, 0}, {1, 1}}));  // 5x5
   BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {3, 3}, {1, 1}}));  // padding 3
-  BOOST_TEST(!cpu::use_winograd(mt::kF32, {8, 1, 28, 28}, 32, k3));                    // one input channel
-  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 3, k3));                                  // three outputs
-  {
-    const cpu::ForceConvPath wino(cpu::ConvPath::kWinograd);
-    BOOST_TEST(cpu::use_winograd(mt::kF32, {8, 1, 28, 28}, 32, k3) == cpu::winograd_supported());
-  }
+  // One input channel (the MNIST net's first conv): measured on the 2-core VM, batch 128, its forward by Winograd
+  // takes 1.6 ms against im2col + sgemm's 3.8-4.2 ms, its weight gradient 2.0 against 1.2-2.3 ms.
+  BOOST_TEST(cpu::use_winograd(mt::kF32, {8, 1, 28, 28}, 32, k3) == cpu::winograd_supported());
   {
     const cpu::ForceConvPath gemm(cpu::ConvPath::kGemm);
     BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, k3));

@@ -58,7 +58,8 @@ Tensor conv2d_gemm_backward_input(const Tensor& dy, const Tensor& weight, const 
   return dx;
 }
 
-Tensor conv2d_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Window2d& w, int64_t chunk) {
+Conv2dWeightGrads conv2d_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Window2d& w, bool bias,
+                                              int64_t chunk) {
   const int64_t n = dy.size(0), c_out = dy.size(1), L = dy.size(2) * dy.size(3);
   const DType dtype = dy.dtype(), acc = acc_dtype(dtype);
   const Tensor g = raw::reshape(dy, {n, c_out, L});  // (N, C_out, L)
@@ -68,14 +69,19 @@ Tensor conv2d_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Wind
   for_each_chunk(n, chunk, [&](int64_t s, int64_t e) {
     const Tensor cols = kernels::im2col(raw::slice(x, 0, s, e), w);
     const int64_t batch_dim = 0;
-    Tensor share = kernels::reduce(ReduceOp::kSum, kernels::matmul(raw::slice(g, 0, s, e), raw::transpose(cols, 1, 2), acc),
-                          std::span<const int64_t>(&batch_dim, 1), false, acc);
+    const Tensor products = kernels::matmul(raw::slice(g, 0, s, e), raw::transpose(cols, 1, 2), acc);
+    Tensor share = kernels::reduce(ReduceOp::kSum, products, std::span<const int64_t>(&batch_dim, 1), false, acc);
     if (dweight.defined())
       kernels::binary_(BinaryOp::kAdd, dweight, share);
     else
       dweight = std::move(share);
   });
-  return raw::reshape(raw::to(dweight, dtype), {c_out, x.size(1), w.kernel[0], w.kernel[1]});
+  Conv2dWeightGrads grads{raw::reshape(raw::to(dweight, dtype), {c_out, x.size(1), w.kernel[0], w.kernel[1]}), {}};
+  if (bias) {
+    const int64_t dims[2] = {0, 2};
+    grads.dbias = kernels::reduce(ReduceOp::kSum, g, dims, false, dtype);  // (C_out), summed in acc
+  }
+  return grads;
 }
 
 }  // namespace mixtape::kernels

@@ -28,7 +28,9 @@ Tensor conv2d_gemm(const Tensor& x, const Tensor& weight, const Tensor& bias, co
 Tensor conv2d_gemm_backward_input(const Tensor& dy, const Tensor& weight, const Shape& input_shape,
                                   const Window2d& w, int64_t chunk);
 
-/// dweight (C_out, C_in, kH, kW) in dy's dtype = Σ_n dY_n · cols_nᵀ, summed over the batch in acc_dtype.
-Tensor conv2d_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Window2d& w, int64_t chunk);
+/// dweight (C_out, C_in, kH, kW) in dy's dtype = Σ_n dY_n · cols_nᵀ, summed over the batch in acc_dtype; with
+/// `bias`, dbias (C_out) = dy summed over (N, H_out, W_out).
+Conv2dWeightGrads conv2d_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Window2d& w, bool bias,
+                                              int64_t chunk);
 
 }  // namespace mixtape::kernels

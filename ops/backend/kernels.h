@@ -108,6 +108,11 @@ struct CrossEntropyResult {
   Tensor loss, lse;
   Tensor sum, count, mean;
 };
+struct Conv2dWeightGrads {
+  Tensor dweight;  // (C_out, C_in, kH, kW)
+  Tensor dbias;    // (C_out), or undefined when not asked for
+};
+
 struct MaxPoolResult {
   Tensor y, indices;  // (N, C, H_out, W_out); indices kI64, flat positions in each H·W plane
 };
@@ -231,7 +236,8 @@ struct MaxPoolResult {
 //   conv2d(x, weight, bias, w)                      y (N, C_out, H_out, W_out) = x ⋆ weight + bias (bias (C_out) or
 //                                                   undefined), in x's dtype.
 //   conv2d_backward_input(dy, weight, input_shape, w)  dx (input_shape), the adjoint of conv2d in x.
-//   conv2d_backward_weight(dy, x, w)                dweight (C_out, C_in, kH, kW), summed over the batch.
+//   conv2d_backward_weight(dy, x, w, bias)          dweight (C_out, C_in, kH, kW) and, when `bias`, dbias (C_out),
+//                                                   each summed over the batch in acc (Conv2dWeightGrads).
 //   im2col(x, w)                    x (N, C, H, W) -> columns (N, C·kH·kW, H_out·W_out); padding reads as 0.
 //   col2im(cols, input_shape, w)    the adjoint: each column entry added to the pixel it came from, (N, C, H, W).
 #define MT_KERNELS_CONV(X)                                                                                     \
@@ -241,8 +247,8 @@ struct MaxPoolResult {
   X(Tensor, conv2d_backward_input,                                                                             \
     (const Tensor& dy, const Tensor& weight, const Shape& input_shape, const Window2d& w),                     \
     (dy, weight, input_shape, w), is_floating(dy.dtype()) && weight.dtype() == dy.dtype())                     \
-  X(Tensor, conv2d_backward_weight, (const Tensor& dy, const Tensor& x, const Window2d& w), (dy, x, w),       \
-    is_floating(dy.dtype()) && x.dtype() == dy.dtype())                                                        \
+  X(Conv2dWeightGrads, conv2d_backward_weight, (const Tensor& dy, const Tensor& x, const Window2d& w, bool bias), \
+    (dy, x, w, bias), is_floating(dy.dtype()) && x.dtype() == dy.dtype())                                      \
   X(Tensor, im2col, (const Tensor& x, const Window2d& w), (x, w), is_floating(x.dtype()))                     \
   X(Tensor, col2im, (const Tensor& cols, const Shape& input_shape, const Window2d& w), (cols, input_shape, w), \
     is_floating(cols.dtype()))

@@ -67,16 +67,16 @@ Tensor conv2d_backward_input(const Tensor& dy_in, const Tensor& weight_in, const
   return dx;
 }
 
-Tensor conv2d_backward_weight(const Tensor& dy_in, const Tensor& x_in, const Window2d& w) {
+Conv2dWeightGrads conv2d_backward_weight(const Tensor& dy_in, const Tensor& x_in, const Window2d& w, bool bias) {
   const int64_t c_out = dy_in.size(1);
   if (!use_winograd(x_in.dtype(), x_in.shape(), c_out, w))
-    return conv2d_gemm_backward_weight(dy_in, x_in, w, chunk_samples(x_in.shape(), x_in.dtype(), w));
+    return conv2d_gemm_backward_weight(dy_in, x_in, w, bias, chunk_samples(x_in.shape(), x_in.dtype(), w));
   const Tensor dy = raw::contiguous(dy_in), x = raw::contiguous(x_in);
-  Tensor dweight = empty({c_out, x.size(1), 3, 3}, dy.dtype());  // (C_out, C_in, 3, 3)
-  if (dweight.numel() > 0)
-    winograd_conv2d_backward_weight(winograd_shape(x.shape(), c_out, w), dy.data<float>(), x.data<float>(),
-                                    dweight.data<float>());
-  return dweight;
+  Conv2dWeightGrads grads{empty({c_out, x.size(1), 3, 3}, dy.dtype()),  // (C_out, C_in, 3, 3)
+                          bias ? empty({c_out}, dy.dtype()) : Tensor()};
+  winograd_conv2d_backward_weight(winograd_shape(x.shape(), c_out, w), dy.data<float>(), x.data<float>(),
+                                  grads.dweight.data<float>(), bias ? grads.dbias.data<float>() : nullptr);
+  return grads;
 }
 
 Tensor im2col(const Tensor& x_in, const Window2d& w) {

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include <omp.h>
 
@@ -40,10 +41,6 @@ constexpr int kTile = 4;    // outputs per tile side
 constexpr int kAlpha = 6;   // inputs per tile side: kTile + 3 − 1
 constexpr int kXi = 36;     // positions of a transformed tile
 constexpr int kGroup = 12;  // tiles transformed and multiplied together (their V and M stay in L1/L2)
-// Fewer input or output channels than this stay with im2col + GEMM: the transforms fill 16 lanes with them, and
-// measured on the 2-core AVX-512 VM (batch 128, 28x28) one input channel is no faster by Winograd (forward 1.3-1.5
-// vs 1.3-2.3 ms, both gradients slower: 3.3-4.2 vs 2.4-2.5 ms), while four are 2-3x faster in every direction.
-constexpr int64_t kMinChannels = 4;
 // The scratch of one image beyond which the automatic choice keeps im2col: such images are far from what the
 // Winograd path was measured on, and each thread would hold this much.
 constexpr int64_t kMaxImageScratchBytes = int64_t{256} << 20;
@@ -419,8 +416,9 @@ MT_AVX512 void forward_image(const Plan& p, const float* x, const float* U, cons
   unpack_channels_first(yt, p.wt, p.n_p, y, N, p.ho, p.wo);
 }
 
-/// dU (36, K, n_p) += the transformed weight gradient of one image: V[ξ]ᵀ · (A dY Aᵀ)[ξ] over its tiles.
-MT_AVX512 void backward_weight_image(const Plan& p, const float* x, const float* dy, float* dU) {
+/// dU (36, K, n_p) += the transformed weight gradient of one image: V[ξ]ᵀ · (A dY Aᵀ)[ξ] over its tiles; and, unless
+/// nullptr, dbias (n_p) += the image's dy summed over its pixels (rows summed in f32, then added in f64).
+MT_AVX512 void backward_weight_image(const Plan& p, const float* x, const float* dy, float* dU, double* dbias) {
   const int64_t K = p.s.c_in, N = p.s.c_out;
   float* xt = t_scratch.xt.get(p.hp * p.wp * p.k_p);
   float* dyt = t_scratch.yt.get(p.ht * p.wt * p.n_p);
@@ -428,6 +426,20 @@ MT_AVX512 void backward_weight_image(const Plan& p, const float* x, const float*
   float* M = t_scratch.m.get(kXi * kGroup * p.n_p);
   pack_channels_last(x, K, p.s.h, p.s.w, xt, p.hp, p.wp, p.k_p, p.s.pad_h, p.s.pad_w);
   pack_channels_last(dy, N, p.ho, p.wo, dyt, p.ht, p.wt, p.n_p, 0, 0);
+  if (dbias) {
+    for (int64_t c = 0; c < p.n_p; c += 16) {
+      __m512 image = _mm512_setzero_ps();
+      for (int64_t row = 0; row < p.ho; ++row) {
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t col = 0; col < p.wo; ++col)
+          sum = _mm512_add_ps(sum, _mm512_load_ps(dyt + (row * p.wt + col) * p.n_p + c));
+        image = _mm512_add_ps(image, sum);
+      }
+      alignas(64) float sums[16];
+      _mm512_store_ps(sums, image);
+      for (int j = 0; j < 16; ++j) dbias[c + j] += sums[j];
+    }
+  }
   for (int64_t t0 = 0; t0 < p.tiles; t0 += kGroup) {
     const int64_t count = std::min<int64_t>(kGroup, p.tiles - t0);
     input_transform(p, xt, t0, count, V);
@@ -499,7 +511,8 @@ void winograd_conv2d_backward_input(const WinogradShape& s, const float* dy, con
 #endif
 }
 
-void winograd_conv2d_backward_weight(const WinogradShape& s, const float* dy, const float* x, float* dweight) {
+void winograd_conv2d_backward_weight(const WinogradShape& s, const float* dy, const float* x, float* dweight,
+                                     float* dbias) {
   check_supported("winograd_conv2d_backward_weight");
 #if defined(MT_WINOGRAD_X86)
   const Plan p = plan_of(s);
@@ -508,20 +521,27 @@ void winograd_conv2d_backward_weight(const WinogradShape& s, const float* dy, co
   const int64_t per_thread = kXi * s.c_in * p.n_p;
   float* dU = t_filter_grads.get(per_thread * threads);
   std::fill(dU, dU + per_thread * threads, 0.0f);
+  std::vector<double> db(dbias ? static_cast<size_t>(p.n_p * threads) : 0, 0.0);  // each thread's bias sums
   const int64_t x_image = s.c_in * s.h * s.w, y_image = s.c_out * p.ho * p.wo;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    float* mine = dU + per_thread * omp_get_thread_num();
+    const int t = omp_get_thread_num();
+    float* mine = dU + per_thread * t;
+    double* my_db = dbias ? db.data() + p.n_p * t : nullptr;
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < s.n; ++i) backward_weight_image(p, x + i * x_image, dy + i * y_image, mine);
+    for (int64_t i = 0; i < s.n; ++i) backward_weight_image(p, x + i * x_image, dy + i * y_image, mine, my_db);
   }
   for (int t = 1; t < threads; ++t) {
     const float* other = dU + per_thread * t;
     for (int64_t e = 0; e < per_thread; ++e) dU[e] += other[e];
+    if (dbias)
+      for (int64_t c = 0; c < p.n_p; ++c) db[static_cast<size_t>(c)] += db[static_cast<size_t>(p.n_p * t + c)];
   }
   untransform_filter_gradients(dU, s.c_in, s.c_out, p.n_p, dweight);
+  if (dbias)
+    for (int64_t c = 0; c < s.c_out; ++c) dbias[c] = static_cast<float>(db[static_cast<size_t>(c)]);
 #else
-  (void)dy, (void)x, (void)dweight;
+  (void)dy, (void)x, (void)dweight, (void)dbias;
 #endif
 }
 
@@ -535,7 +555,7 @@ bool use_winograd(DType dtype, const Shape& x_shape, int64_t c_out, const Window
   const WinogradShape s{x_shape[0], x_shape[1], x_shape[2], x_shape[3], c_out, w.padding[0], w.padding[1]};
   if (s.ho() < 1 || s.wo() < 1) return false;
   if (path == ConvPath::kWinograd) return true;
-  if (!g_allow.load() || std::min(s.c_in, s.c_out) < kMinChannels) return false;
+  if (!g_allow.load()) return false;
   // Both directions' scratch (the input gradient's convolution swaps the channels and grows the image by 2).
   const WinogradShape back{s.n, s.c_out, s.ho(), s.wo(), s.c_in, 2 - s.pad_h, 2 - s.pad_w};
   return std::max(image_scratch_bytes(plan_of(s)), image_scratch_bytes(plan_of(back))) <= kMaxImageScratchBytes;

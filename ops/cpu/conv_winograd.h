@@ -44,8 +44,10 @@ void winograd_conv2d(const WinogradShape& s, const float* x, const float* weight
 /// dx (n, c_in, h, w) = the gradient of winograd_conv2d in x for dy (n, c_out, ho, wo); overwrites dx.
 void winograd_conv2d_backward_input(const WinogradShape& s, const float* dy, const float* weight, float* dx);
 
-/// dweight (c_out, c_in, 3, 3) = the gradient of winograd_conv2d in weight, summed over the batch; overwrites.
-void winograd_conv2d_backward_weight(const WinogradShape& s, const float* dy, const float* x, float* dweight);
+/// dweight (c_out, c_in, 3, 3) = the gradient of winograd_conv2d in weight, summed over the batch, and, unless
+/// nullptr, dbias (c_out) = dy summed over (n, ho, wo) (each image's sum in f32, the images' in f64); overwrites.
+void winograd_conv2d_backward_weight(const WinogradShape& s, const float* dy, const float* x, float* dweight,
+                                     float* dbias);
 
 /// How the CPU's conv2d kernels convolve.
 enum class ConvPath {
