@@ -1,7 +1,7 @@
 // ops/cpu/conv_winograd.cpp — Winograd F(4x4, 3x3) on AVX-512 (ops/cpu/conv_winograd.h).
 //
 // Per image: the input is packed channels-last into a zero-bordered buffer covering every tile (xt, (hp, wp, K_p)),
-// so that a tile's 36 pixels are 36 aligned vector loads of 16 channels; then groups of kGroup tiles go through
+// so that a tile's 36 pixels are 36 aligned vector loads of 16 channels; then groups of tiles go through
 // the input transform (V, (36, group, K_p)), 36 register-blocked GEMMs against the transformed filters (U, (36, K,
 // N_p)) into M (36, group, N_p), and the output transform into a channels-last output (yt), which is finally
 // transposed into the (C, H, W) planes. K is the convolution's input channels, N its outputs; both padded to 16
@@ -40,7 +40,13 @@ std::atomic<bool> g_allow{true};  // set_allow_winograd
 constexpr int kTile = 4;    // outputs per tile side
 constexpr int kAlpha = 6;   // inputs per tile side: kTile + 3 − 1
 constexpr int kXi = 36;     // positions of a transformed tile
-constexpr int kGroup = 12;  // tiles transformed and multiplied together (their V and M stay in L1/L2)
+// Tiles transformed and multiplied together (a group): their V and M (36 x group x channels) stay in L2 beside the
+// packed image. The forward's GEMMs have depth C_in whatever the group: 12 tiles, two register blocks of rows,
+// leave room for the transformed filters U. The weight gradient's GEMMs have the group's tiles as their depth and
+// load and store the accumulated dU once per group, so its groups are as long as kGroupBytesWeight allows.
+constexpr int64_t kGroupForward = 12;
+constexpr int64_t kGroupBytesWeight = 512 << 10;
+constexpr int64_t kMaxGroup = 64;
 // The scratch of one image beyond which the automatic choice keeps im2col: such images are far from what the
 // Winograd path was measured on, and each thread would hold this much.
 constexpr int64_t kMaxImageScratchBytes = int64_t{256} << 20;
@@ -82,9 +88,11 @@ struct Plan {
   int64_t hp, wp;                   // the packed input: every tile's kAlpha x kAlpha pixels
   int64_t ht, wt;                   // the packed output / output gradient: tiles_h·kTile x tiles_w·kTile
   int64_t k_p, n_p;                 // channels padded to 16
+  int64_t group = 1;                // tiles per group (kGroupBytes*): V's and M's rows per ξ
 };
 
-Plan plan_of(const WinogradShape& s) {
+/// The plan of a forward (group: kGroupForward tiles) or of a weight gradient (weight: kGroupBytesWeight).
+Plan plan_of(const WinogradShape& s, bool weight) {
   Plan p{s, s.ho(), s.wo(), 0, 0, 0, 0, 0, 0, 0, round_up16(s.c_in), round_up16(s.c_out)};
   p.tiles_h = ceil_div(p.ho, kTile);
   p.tiles_w = ceil_div(p.wo, kTile);
@@ -93,12 +101,19 @@ Plan plan_of(const WinogradShape& s) {
   p.wt = p.tiles_w * kTile;
   p.hp = p.ht + 2;  // >= h + 2·pad: the padded input fits
   p.wp = p.wt + 2;
+  // The weight gradient's: as many tiles as fit its budget, in whole register blocks of rows (6 or 12) if it can.
+  int64_t fit = kGroupForward;
+  if (weight) {
+    fit = std::clamp<int64_t>(kGroupBytesWeight / (4 * kXi * (p.k_p + p.n_p)), 1, kMaxGroup);
+    if (fit >= 12) fit -= fit % 12;
+  }
+  p.group = std::clamp<int64_t>(p.tiles, 1, fit);
   return p;
 }
 
 /// The bytes of one image's scratch (xt, yt, V and M of a group), for the automatic choice's bound.
 int64_t image_scratch_bytes(const Plan& p) {
-  return 4 * (p.hp * p.wp * p.k_p + p.ht * p.wt * std::max(p.n_p, p.k_p) + kXi * kGroup * (p.k_p + p.n_p));
+  return 4 * (p.hp * p.wp * p.k_p + p.ht * p.wt * std::max(p.n_p, p.k_p) + kXi * p.group * (p.k_p + p.n_p));
 }
 
 /// U[ξ][k][n] (rows of n_p, zeros past N) = (G g Gᵀ)[ξ] of the filter from input channel k to output n, computed in
@@ -195,10 +210,21 @@ MT_AVX512 inline void transpose_block(const float* src, int64_t lds, int64_t row
   for (int64_t j = 0; j < cols; ++j) _mm512_mask_storeu_ps(dst + j * ldd, store, r[j]);
 }
 
-/// dst (hd, wd, c_p), zeroed, then dst[off_h + y][off_w + x][c] = src[c][y][x] for src (c, h, w).
+/// dst (hd, wd, c_p) = src (c, h, w) placed at [off_h + y][off_w + x][c], zeros around it and in the channels
+/// past c (the transposed blocks write all 16 lanes of every pixel they cover, zeros past c).
 MT_AVX512 void pack_channels_last(const float* src, int64_t c, int64_t h, int64_t w, float* dst, int64_t hd,
                                   int64_t wd, int64_t c_p, int64_t off_h, int64_t off_w) {
-  std::memset(dst, 0, sizeof(float) * static_cast<size_t>(hd * wd * c_p));
+  auto zero = [&](int64_t y, int64_t x0, int64_t x1) {
+    if (x1 > x0) std::memset(dst + (y * wd + x0) * c_p, 0, sizeof(float) * static_cast<size_t>((x1 - x0) * c_p));
+  };
+  for (int64_t y = 0; y < hd; ++y) {
+    if (y < off_h || y >= off_h + h) {
+      zero(y, 0, wd);
+    } else {
+      zero(y, 0, off_w);
+      zero(y, off_w + w, wd);
+    }
+  }
   for (int64_t c0 = 0; c0 < c; c0 += 16)  // 16 planes at a time, each read front to back
     for (int64_t y = 0; y < h; ++y)
       for (int64_t x0 = 0; x0 < w; x0 += 16)
@@ -254,7 +280,7 @@ MT_AVX512 inline void output_adjoint_1d(const __m512 g[4], __m512 m[6]) {
 }
 
 /// The 36 transformed positions of each tile in [t0, t0 + count): V[ξ][t − t0][·] = (Bᵀ d B)[ξ], ξ = 6·row + column,
-/// from the packed input xt (hp, wp, k_p). V's rows are kGroup tiles apart per ξ.
+/// from the packed input xt (hp, wp, k_p). V's rows are p.group tiles apart per ξ.
 MT_AVX512 void input_transform(const Plan& p, const float* xt, int64_t t0, int64_t count, float* V) {
   for (int64_t tl = 0; tl < count; ++tl) {
     const int64_t th = (t0 + tl) / p.tiles_w, tw = (t0 + tl) % p.tiles_w;
@@ -270,7 +296,7 @@ MT_AVX512 void input_transform(const Plan& p, const float* xt, int64_t t0, int64
         __m512 col[kAlpha], v[kAlpha];
         for (int i = 0; i < kAlpha; ++i) col[i] = rows[i][j];
         input_1d(col, v);
-        for (int i = 0; i < kAlpha; ++i) _mm512_store_ps(V + ((i * kAlpha + j) * kGroup + tl) * p.k_p + c, v[i]);
+        for (int i = 0; i < kAlpha; ++i) _mm512_store_ps(V + ((i * kAlpha + j) * p.group + tl) * p.k_p + c, v[i]);
       }
     }
   }
@@ -287,7 +313,7 @@ MT_AVX512 void output_transform(const Plan& p, const float* M, const float* bias
       __m512 rows[kAlpha][kTile];  // Aᵀ along each row of M
       for (int i = 0; i < kAlpha; ++i) {
         __m512 m[kAlpha];
-        for (int j = 0; j < kAlpha; ++j) m[j] = _mm512_load_ps(M + ((i * kAlpha + j) * kGroup + tl) * p.n_p + c);
+        for (int j = 0; j < kAlpha; ++j) m[j] = _mm512_load_ps(M + ((i * kAlpha + j) * p.group + tl) * p.n_p + c);
         output_1d(m, rows[i]);
       }
       const __m512 b = _mm512_load_ps(bias + c);
@@ -318,7 +344,7 @@ MT_AVX512 void output_adjoint_transform(const Plan& p, const float* dyt, int64_t
         __m512 col[kTile], m[kAlpha];
         for (int i = 0; i < kTile; ++i) col[i] = rows[i][j];
         output_adjoint_1d(col, m);
-        for (int i = 0; i < kAlpha; ++i) _mm512_store_ps(M + ((i * kAlpha + j) * kGroup + tl) * p.n_p + c, m[i]);
+        for (int i = 0; i < kAlpha; ++i) _mm512_store_ps(M + ((i * kAlpha + j) * p.group + tl) * p.n_p + c, m[i]);
       }
     }
   }
@@ -402,14 +428,14 @@ MT_AVX512 void forward_image(const Plan& p, const float* x, const float* U, cons
   const int64_t K = p.s.c_in, N = p.s.c_out;
   float* xt = t_scratch.xt.get(p.hp * p.wp * p.k_p);
   float* yt = t_scratch.yt.get(p.ht * p.wt * p.n_p);
-  float* V = t_scratch.v.get(kXi * kGroup * p.k_p);
-  float* M = t_scratch.m.get(kXi * kGroup * p.n_p);
+  float* V = t_scratch.v.get(kXi * p.group * p.k_p);
+  float* M = t_scratch.m.get(kXi * p.group * p.n_p);
   pack_channels_last(x, K, p.s.h, p.s.w, xt, p.hp, p.wp, p.k_p, p.s.pad_h, p.s.pad_w);
-  for (int64_t t0 = 0; t0 < p.tiles; t0 += kGroup) {
-    const int64_t count = std::min<int64_t>(kGroup, p.tiles - t0);
+  for (int64_t t0 = 0; t0 < p.tiles; t0 += p.group) {
+    const int64_t count = std::min<int64_t>(p.group, p.tiles - t0);
     input_transform(p, xt, t0, count, V);
     for (int xi = 0; xi < kXi; ++xi)
-      gemm(count, p.n_p, K, V + xi * kGroup * p.k_p, p.k_p, 1, U + xi * K * p.n_p, p.n_p, M + xi * kGroup * p.n_p,
+      gemm(count, p.n_p, K, V + xi * p.group * p.k_p, p.k_p, 1, U + xi * K * p.n_p, p.n_p, M + xi * p.group * p.n_p,
            p.n_p, false);
     output_transform(p, M, bias, t0, count, yt);
   }
@@ -422,8 +448,8 @@ MT_AVX512 void backward_weight_image(const Plan& p, const float* x, const float*
   const int64_t K = p.s.c_in, N = p.s.c_out;
   float* xt = t_scratch.xt.get(p.hp * p.wp * p.k_p);
   float* dyt = t_scratch.yt.get(p.ht * p.wt * p.n_p);
-  float* V = t_scratch.v.get(kXi * kGroup * p.k_p);
-  float* M = t_scratch.m.get(kXi * kGroup * p.n_p);
+  float* V = t_scratch.v.get(kXi * p.group * p.k_p);
+  float* M = t_scratch.m.get(kXi * p.group * p.n_p);
   pack_channels_last(x, K, p.s.h, p.s.w, xt, p.hp, p.wp, p.k_p, p.s.pad_h, p.s.pad_w);
   pack_channels_last(dy, N, p.ho, p.wo, dyt, p.ht, p.wt, p.n_p, 0, 0);
   if (dbias) {
@@ -440,12 +466,12 @@ MT_AVX512 void backward_weight_image(const Plan& p, const float* x, const float*
       for (int j = 0; j < 16; ++j) dbias[c + j] += sums[j];
     }
   }
-  for (int64_t t0 = 0; t0 < p.tiles; t0 += kGroup) {
-    const int64_t count = std::min<int64_t>(kGroup, p.tiles - t0);
+  for (int64_t t0 = 0; t0 < p.tiles; t0 += p.group) {
+    const int64_t count = std::min<int64_t>(p.group, p.tiles - t0);
     input_transform(p, xt, t0, count, V);
     output_adjoint_transform(p, dyt, t0, count, M);
     for (int xi = 0; xi < kXi; ++xi)
-      gemm(K, p.n_p, count, V + xi * kGroup * p.k_p, 1, p.k_p, M + xi * kGroup * p.n_p, p.n_p, dU + xi * K * p.n_p,
+      gemm(K, p.n_p, count, V + xi * p.group * p.k_p, 1, p.k_p, M + xi * p.group * p.n_p, p.n_p, dU + xi * K * p.n_p,
            p.n_p, true);
   }
 }
@@ -483,7 +509,7 @@ bool winograd_supported() {
 void winograd_conv2d(const WinogradShape& s, const float* x, const float* weight, const float* bias, float* y) {
   check_supported("winograd_conv2d");
 #if defined(MT_WINOGRAD_X86)
-  const Plan p = plan_of(s);
+  const Plan p = plan_of(s, false);
   float* U = t_filters.get(kXi * s.c_in * p.n_p + p.n_p);
   float* bias_p = U + kXi * s.c_in * p.n_p;  // (n_p), zeros past C_out
   transform_filters(weight, s.c_in, s.c_out, p.n_p, false, U);
@@ -500,7 +526,7 @@ void winograd_conv2d_backward_input(const WinogradShape& s, const float* dy, con
 #if defined(MT_WINOGRAD_X86)
   // dx = dy, zero-padded by 2 − padding, convolved with the filters turned by 180° from C_out to C_in.
   const WinogradShape t{s.n, s.c_out, s.ho(), s.wo(), s.c_in, 2 - s.pad_h, 2 - s.pad_w};
-  const Plan p = plan_of(t);
+  const Plan p = plan_of(t, false);
   float* U = t_filters.get(kXi * t.c_in * p.n_p + p.n_p);
   float* zeros = U + kXi * t.c_in * p.n_p;
   transform_filters(weight, t.c_in, t.c_out, p.n_p, true, U);
@@ -515,7 +541,7 @@ void winograd_conv2d_backward_weight(const WinogradShape& s, const float* dy, co
                                      float* dbias) {
   check_supported("winograd_conv2d_backward_weight");
 #if defined(MT_WINOGRAD_X86)
-  const Plan p = plan_of(s);
+  const Plan p = plan_of(s, true);
   // One dU per thread, summed in thread order at the end: the result depends on the thread count, not on timing.
   const int threads = s.n > 1 ? omp_get_max_threads() : 1;
   const int64_t per_thread = kXi * s.c_in * p.n_p;
@@ -558,7 +584,8 @@ bool use_winograd(DType dtype, const Shape& x_shape, int64_t c_out, const Window
   if (!g_allow.load()) return false;
   // Both directions' scratch (the input gradient's convolution swaps the channels and grows the image by 2).
   const WinogradShape back{s.n, s.c_out, s.ho(), s.wo(), s.c_in, 2 - s.pad_h, 2 - s.pad_w};
-  return std::max(image_scratch_bytes(plan_of(s)), image_scratch_bytes(plan_of(back))) <= kMaxImageScratchBytes;
+  return std::max(image_scratch_bytes(plan_of(s, true)),
+                  image_scratch_bytes(plan_of(back, false))) <= kMaxImageScratchBytes;
 }
 
 ForceConvPath::ForceConvPath(ConvPath path) : m_previous(g_path.exchange(path)) {}
