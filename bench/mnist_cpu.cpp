@@ -20,10 +20,17 @@
 // a convolution counts as the GEMM over im2col columns with the batch folded in. Divided by mixtape's epoch time,
 // that is compared with cblas_sgemm alone timed in this run on preallocated f32 buffers at the same shapes: the
 // ceiling a framework could reach if everything but the GEMMs were free. bf16 rows are held against the same f32
-// ceiling: above 100% means bf16 products (AVX512-BF16) beat what sgemm could do with those flops.
+// ceiling: above 100% means bf16 products (AVX512-BF16) beat what sgemm could do with those flops; so does a CNN
+// whose 3x3 convolutions run by Winograd (a quarter of the im2col GEMM's multiplications, counted as im2col's).
+//
+// On a VM whose neighbours come and go, one run of each side says little: --repeat N alternates the sides N times
+// and the table gives each side's median and every run's ratio. The LibTorch child reports the BLAS it loaded:
+// Debian resolves libblas.so.3 through alternatives (the reference BLAS, or an OpenBLAS build), and LibTorch's f32
+// GEMMs are that library's, so its fp32 times depend on it.
 //
 //   bench_mnist_cpu                                  # both models, fp32 and bf16, full epochs
 //   bench_mnist_cpu --models mlp --max-steps 100     # quicker: times scaled to a full epoch
+//   bench_mnist_cpu --models cnn --repeat 5          # five alternating runs of each side, medians
 #include <omp.h>
 #include <unistd.h>
 
@@ -66,6 +73,7 @@ struct Options {
   std::string data;
   double epoch_fraction = 1.0;
   int64_t max_steps = 0;  // 0: no bound
+  int repeat = 1;         // runs of each side, alternating; medians reported
 };
 
 /// One training epoch (or its first `steps` steps) on one side.
@@ -73,7 +81,15 @@ struct Run {
   double seconds = 0;  // training loop only
   int64_t steps = 0;
   double accuracy = 0;  // test set, after the steps
+  std::string blas;     // the LibTorch child's BLAS libraries
 };
+
+/// The median of `v` (the mean of the middle two for an even count).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -134,7 +150,8 @@ Run train_libtorch(const std::string& name, const std::string& precision, const 
        "--weights", weights.string(), "--data", data.string(), "--max-steps", std::to_string(steps), "--batch-size",
        std::to_string(kBatch), "--seed", std::to_string(kSeed)});
   const auto j = nlohmann::json::parse(out);
-  return {j.at("seconds").get<double>(), j.at("steps").get<int64_t>(), j.at("accuracy").get<double>()};
+  return {j.at("seconds").get<double>(), j.at("steps").get<int64_t>(), j.at("accuracy").get<double>(),
+          j.value("blas", std::string("unknown"))};
 }
 #endif
 
@@ -232,8 +249,9 @@ struct TempDir {
 
 struct Row {
   std::string model, precision;
-  Run mixtape;
-  std::optional<Run> libtorch;
+  Run mixtape;                  // seconds: the median over the runs
+  std::optional<Run> libtorch;  // seconds: the median over the runs
+  std::vector<double> ratios;   // each run's mixtape / LibTorch time (runs alternate between the sides)
   double gemm_flops_per_step = 0, sgemm_seconds_per_step = 0;
 };
 
@@ -277,31 +295,44 @@ int run(const Options& opt) {
     for (const Gemm& g : gemms) flops += g.flops();
     const double sgemm_seconds = sgemm_step_seconds(gemms);
     for (const std::string& precision : opt.precisions) {
-      Row row{name, precision, {}, {}, flops, sgemm_seconds};
-      std::fprintf(stderr, "  %s %s: mixtape...", name.c_str(), precision.c_str());
-      row.mixtape = train_mixtape(name, weights, precision, train, test, steps);
+      Row row{name, precision, {}, {}, {}, flops, sgemm_seconds};
+      std::vector<double> mt_seconds, lt_seconds;
+      for (int r = 0; r < opt.repeat; ++r) {
+        std::fprintf(stderr, "  %s %s, run %d of %d: mixtape...", name.c_str(), precision.c_str(), r + 1, opt.repeat);
+        row.mixtape = train_mixtape(name, weights, precision, train, test, steps);
+        mt_seconds.push_back(row.mixtape.seconds);
 #ifdef MIXTAPE_BENCH_LIBTORCH_PEER
-      std::fprintf(stderr, " LibTorch...");
-      row.libtorch = train_libtorch(name, precision, weights, data_file, opt.threads, steps);
+        std::fprintf(stderr, " LibTorch...");
+        row.libtorch = train_libtorch(name, precision, weights, data_file, opt.threads, steps);
+        lt_seconds.push_back(row.libtorch->seconds);
+        row.ratios.push_back(row.mixtape.seconds / row.libtorch->seconds);
 #endif
-      std::fprintf(stderr, " done\n");
+        std::fprintf(stderr, " done\n");
+      }
+      row.mixtape.seconds = median(mt_seconds);
+      if (row.libtorch) row.libtorch->seconds = median(lt_seconds);
       rows.push_back(row);
     }
   }
 
   std::printf("\n| model | precision | mixtape s/epoch | samples/s | LibTorch s/epoch | samples/s | mixtape/LibTorch "
-              "time | accuracy mixtape | accuracy LibTorch |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+              "time | per-run ratios | accuracy mixtape | accuracy LibTorch |\n"
+              "|---|---|---:|---:|---:|---:|---:|---|---:|---:|\n");
   for (const Row& r : rows) {
     const double mt_s = r.mixtape.seconds * to_epoch, mt_rate = r.mixtape.steps * kBatch / r.mixtape.seconds;
     std::printf("| %s | %s | %.2f | %.0f | ", r.model.c_str(), r.precision.c_str(), mt_s, mt_rate);
     if (r.libtorch) {
       const double lt_s = r.libtorch->seconds * to_epoch, lt_rate = r.libtorch->steps * kBatch / r.libtorch->seconds;
-      std::printf("%.2f | %.0f | %.2fx | %.2f%% | %.2f%% |\n", lt_s, lt_rate, mt_s / lt_s, 100 * r.mixtape.accuracy,
-                  100 * r.libtorch->accuracy);
+      std::string ratios;
+      for (double q : r.ratios) ratios += (ratios.empty() ? "" : " ") + std::to_string(q).substr(0, 4);
+      std::printf("%.2f | %.0f | %.2fx | %s | %.2f%% | %.2f%% |\n", lt_s, lt_rate, mt_s / lt_s, ratios.c_str(),
+                  100 * r.mixtape.accuracy, 100 * r.libtorch->accuracy);
     } else {
-      std::printf("— | — | — | %.2f%% | — |\n", 100 * r.mixtape.accuracy);
+      std::printf("— | — | — | — | %.2f%% | — |\n", 100 * r.mixtape.accuracy);
     }
   }
+  if (!rows.empty() && rows.front().libtorch)
+    std::printf("\nLibTorch's BLAS: %s\n", rows.front().libtorch->blas.c_str());
   std::printf("\n| model | precision | GEMM GFLOP/epoch | mixtape GEMM GFLOP/s | LibTorch GEMM GFLOP/s | cblas_sgemm "
               "alone GFLOP/s | mixtape / sgemm |\n|---|---|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
@@ -334,6 +365,8 @@ int main(int argc, char** argv) {
   app.add_option("--data", opt.data, "the MNIST directory [default: $MIXTAPE_MNIST_DIR, ./data/mnist, ...]");
   app.add_option("--epochs-fraction", opt.epoch_fraction, "train this fraction of an epoch")
       ->check(CLI::Range(1e-6, 1.0));
+  app.add_option("--repeat", opt.repeat, "runs of each side, alternating (the table shows medians)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-steps", opt.max_steps, "train at most this many steps (0: no bound)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);

@@ -6,7 +6,9 @@
 // mixtape (two OpenMP runtimes and two BLAS builds in one address space would make both timings suspect). All it
 // learns from its parent comes through two safetensors files (the model's initial state_dict; the MNIST splits as
 // u8 images and i64 labels), so both sides start from the same parameters and train on the same bytes, and all it
-// answers is one JSON line on stdout: the training loop's seconds, the steps taken, the test accuracy.
+// answers is one JSON line on stdout: the training loop's seconds, the steps taken, the test accuracy, and the BLAS
+// library this process loaded (Debian's libblas.so.3 is an alternative: the reference BLAS or one of OpenBLAS's
+// builds, whichever the machine's packages chose; LibTorch's f32 GEMMs are that library's).
 //
 //   bench_mnist_cpu_libtorch --model cnn --precision bf16 --threads 2 --weights cnn.safetensors
 //                            --data mnist.safetensors [--max-steps N] [--batch-size 128] [--seed 0]
@@ -32,6 +34,21 @@
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace {
+
+/// The BLAS libraries mapped into this process (libblas.so.3 and libopenblas.so.0 resolved through Debian's
+/// alternatives), from /proc/self/maps: the files whose names hold "blas", comma-separated, or "unknown".
+std::string loaded_blas() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line, found;
+  while (std::getline(maps, line)) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    if (path.substr(path.rfind('/') + 1).find("blas") == std::string::npos) continue;
+    if (found.find(path) == std::string::npos) found += (found.empty() ? "" : ", ") + path;
+  }
+  return found.empty() ? "unknown" : found;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -227,7 +244,8 @@ int run(const Options& o) {
     const torch::Tensor logits = model->forward(test_x.slice(0, i, i + 1000));
     hits += logits.argmax(1).eq(test_y.slice(0, i, i + 1000)).sum().item<int64_t>();
   }
-  const nlohmann::json result = {{"seconds", seconds},
+  const nlohmann::json result = {{"blas", loaded_blas()},
+                                 {"seconds", seconds},
                                  {"steps", steps},
                                  {"samples", steps * o.batch_size},
                                  {"accuracy", static_cast<double>(hits) / static_cast<double>(test_x.size(0))},

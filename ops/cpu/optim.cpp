@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <mixtape/core/convert.h>
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/ops/backend/optim_math.h>
 #include <mixtape/ops/cpu/loops.h>
@@ -177,6 +178,7 @@ void widen_block(const T* in, float* out, int64_t n) {
     if (has_f16c()) return widen_f16c(in, out, n);
   }
 #endif
+  if constexpr (std::is_same_v<T, BFloat16>) return convert_n(in, out, n);  // core/convert.h: vector, same bits
   for (int64_t j = 0; j < n; ++j) out[j] = FastConvert::to<float>(in[j]);
 }
 
@@ -188,6 +190,7 @@ void narrow_block(const float* in, T* out, int64_t n) {
     if (has_f16c()) return narrow_f16c(in, out, n);
   }
 #endif
+  if constexpr (std::is_same_v<T, BFloat16>) return convert_n(in, out, n);  // core/convert.h: vector, same bits
   for (int64_t j = 0; j < n; ++j) out[j] = FastConvert::to<T>(in[j]);
 }
 
@@ -283,6 +286,66 @@ void adam_run(const std::array<char*, kSlots>& p, const std::array<int64_t, kSlo
   }
 }
 
+#if defined(MT_OPTIM_F16C)
+bool has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+// GCC 12's AVX-512 intrinsics start some results from an undefined register, which -Wmaybe-uninitialized reports
+// once inlined (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+/// adam_run<float, float, Store::kNearest, false, true> (no AMSGrad) sixteen elements at a time with AVX-512,
+/// chosen at run time: the build's baseline vectorises the loop four wide, and its √ and division then take ~15% of
+/// an MLP's bf16 training step. The same IEEE operations in the same order as optim_math::adam_update (no FMA), so
+/// the same bits. Returns how many leading elements it updated; the portable loop does the rest.
+__attribute__((target("avx512f"))) int64_t adam_f32_avx512(float* p, const float* grad, float* m, float* v, int64_t n,
+                                                            const optim_math::AdamCoeffs<float>& c) {
+  const __m512 beta1 = _mm512_set1_ps(c.beta1), beta2 = _mm512_set1_ps(c.beta2);
+  const __m512 omb1 = _mm512_set1_ps(c.one_minus_beta1), omb2 = _mm512_set1_ps(c.one_minus_beta2);
+  const __m512 eps = _mm512_set1_ps(c.eps), wd = _mm512_set1_ps(c.weight_decay), decay = _mm512_set1_ps(c.decay);
+  const __m512 neg_step = _mm512_set1_ps(c.neg_step_size), bc2 = _mm512_set1_ps(c.bias_correction2_sqrt);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 x = _mm512_loadu_ps(p + i), g = _mm512_loadu_ps(grad + i);
+    if (c.maximize) g = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), sign));  // −g: the sign bit
+    if (c.decay_grad) g = _mm512_add_ps(g, _mm512_mul_ps(wd, x));         // g + wd·p
+    if (c.decay_param) x = _mm512_mul_ps(x, decay);                       // p·(1 − lr·wd)
+    const __m512 mi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), beta1), _mm512_mul_ps(omb1, g));
+    const __m512 vi =
+        _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), beta2), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
+    _mm512_storeu_ps(m + i, mi);
+    _mm512_storeu_ps(v + i, vi);
+    _mm512_storeu_ps(p + i, _mm512_add_ps(x, _mm512_div_ps(_mm512_mul_ps(neg_step, mi), denom)));
+  }
+  return i;
+}
+#pragma GCC diagnostic pop
+#endif
+
+/// A contiguous f32 run of Adam (parameters or masters, f32 state): the AVX-512 loop where it applies, then the
+/// portable one.
+template <bool kAmsgrad>
+void adam_run_f32(const std::array<char*, kSlots>& p, const std::array<int64_t, kSlots>& s, int64_t n,
+                  const optim_math::AdamCoeffs<float>& c, uint64_t key) {
+  int64_t done = 0;
+#if defined(MT_OPTIM_F16C)
+  if constexpr (!kAmsgrad) {
+    if (has_avx512())
+      done = adam_f32_avx512(reinterpret_cast<float*>(p[kParam]), reinterpret_cast<const float*>(p[kGrad]),
+                             reinterpret_cast<float*>(p[kState0]), reinterpret_cast<float*>(p[kState1]), n, c);
+  }
+#endif
+  if (done == n) return;
+  std::array<char*, kSlots> rest{};
+  for (int k = 0; k < kSlots; ++k) rest[k] = p[k] ? p[k] + done * int64_t{sizeof(float)} : nullptr;
+  adam_run<float, float, Store::kNearest, kAmsgrad, true>(rest, s, n - done, done, c, key);
+}
+
 template <class T, class S, Store kStore, bool kAmsgrad>
 void adam_tensor(const std::array<const Tensor*, kSlots>& ts, const AdamHyper& hyper, const OptimStep& step) {
   const auto c = optim_math::adam_coeffs<opmath_t<T>>(hyper, step);
@@ -290,9 +353,9 @@ void adam_tensor(const std::array<const Tensor*, kSlots>& ts, const AdamHyper& h
   walk(ts, [&](const auto& p, const auto& s, int64_t n, int64_t first, bool contiguous) {
     if (!contiguous) return adam_run<T, S, kStore, kAmsgrad, false>(p, s, n, first, c, key);
     if constexpr (kStore == Store::kMaster)
-      master_blocks<T>(p, n, [&](const auto& q, int64_t len) {
-        adam_run<float, float, Store::kNearest, kAmsgrad, true>(q, s, len, 0, c, key);
-      });
+      master_blocks<T>(p, n, [&](const auto& q, int64_t len) { adam_run_f32<kAmsgrad>(q, s, len, c, key); });
+    else if constexpr (std::is_same_v<T, float> && std::is_same_v<S, float> && kStore == Store::kNearest)
+      adam_run_f32<kAmsgrad>(p, s, n, c, key);
     else adam_run<T, S, kStore, kAmsgrad, true>(p, s, n, first, c, key);
   });
 }
