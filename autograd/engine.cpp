@@ -201,9 +201,17 @@ struct Capture {
   std::vector<GradSum> results;
 };
 
-/// A leaf's .grad() is its own: the first gradient is copied into it, later ones are added in place (as PyTorch's
-/// AccumulateGrad does: a handle taken on .grad() before a second backward sees the sum).
-void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
+/// Whether nothing but `g` itself reaches its memory: one handle on its TensorImpl, one TensorImpl on its storage
+/// (no view), no autograd history, contiguous. Such a gradient can become a leaf's .grad() without a copy.
+bool sole_owner(const Tensor& g) {
+  return g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.impl()->autograd == nullptr &&
+         g.is_contiguous();
+}
+
+/// A leaf's .grad() is its own: the first gradient becomes it, copied unless nothing else holds it (PyTorch's
+/// AccumulateGrad steals such a gradient too; a backward's fresh result is the usual case), and later ones are added
+/// in place (a handle taken on .grad() before a second backward sees the sum).
+void accumulate_into_leaf(AutogradMeta& leaf, Tensor g) {
   std::lock_guard lock(leaf.grad_mutex);  // another thread's backward may reach this leaf too
   if (leaf.grad.defined()) {
     MT_CHECK(g.shape() == leaf.grad.shape(), "backward: gradient of shape ", g.shape(),
@@ -211,7 +219,7 @@ void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
     leaf.grad = op_hooks().accumulate(leaf.grad, g.dtype() == leaf.grad.dtype() ? g : g.to(leaf.grad.dtype()), true);
     return;
   }
-  leaf.grad = g.clone();
+  leaf.grad = sole_owner(g) ? std::move(g) : g.clone();
 }
 
 void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph,
@@ -239,7 +247,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
       if (it != capture->leaves.end()) accumulate(capture->results[it->second], std::move(g));
       return;
     }
-    accumulate_into_leaf(*leaf, g);
+    accumulate_into_leaf(*leaf, std::move(g));
   };
 
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -316,7 +324,8 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
         Tensor gi = grads[i].dtype() == e.node->dtype ? grads[i] : grads[i].to(e.node->dtype);
         accumulate(pending[e.node.get()], std::move(gi));
       } else {
-        deliver_to_leaf(e.leaf, grads[i], e.leaf_dtype);  // in the leaf's dtype, whatever the backward computed in
+        // Moved out, so that a fresh gradient held nowhere else becomes the leaf's .grad() without a copy.
+        deliver_to_leaf(e.leaf, std::move(grads[i]), e.leaf_dtype);  // in the leaf's dtype
       }
     }
   }

@@ -26,7 +26,8 @@
 // On a VM whose neighbours come and go, one run of each side says little: --repeat N alternates the sides N times
 // and the table gives each side's median and every run's ratio. The LibTorch child reports the BLAS it loaded:
 // Debian resolves libblas.so.3 through alternatives (the reference BLAS, or an OpenBLAS build), and LibTorch's f32
-// GEMMs are that library's, so its fp32 times depend on it.
+// GEMMs are that library's, so its fp32 times depend on it: --libtorch-blas reference gives it Debian's reference
+// BLAS (the configuration issue 15's targets were set against), the default whatever the machine resolves.
 //
 //   bench_mnist_cpu                                  # both models, fp32 and bf16, full epochs
 //   bench_mnist_cpu --models mlp --max-steps 100     # quicker: times scaled to a full epoch
@@ -74,6 +75,7 @@ struct Options {
   double epoch_fraction = 1.0;
   int64_t max_steps = 0;  // 0: no bound
   int repeat = 1;         // runs of each side, alternating; medians reported
+  std::string libtorch_blas = "auto";  // auto: Debian's alternatives; reference: the reference BLAS and LAPACK
 };
 
 /// One training epoch (or its first `steps` steps) on one side.
@@ -256,6 +258,13 @@ struct Row {
 };
 
 int run(const Options& opt) {
+  if (opt.libtorch_blas == "reference") {
+    // The child inherits the environment (bench/child_process.h); this process has loaded its libraries already.
+    const char* old = std::getenv("LD_LIBRARY_PATH");
+    std::string path = "/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack";
+    if (old != nullptr && *old != '\0') path += std::string(":") + old;
+    setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  }
   omp_set_num_threads(opt.threads);
   if (openblas_set_num_threads != nullptr) openblas_set_num_threads(opt.threads);
 
@@ -365,6 +374,10 @@ int main(int argc, char** argv) {
   app.add_option("--data", opt.data, "the MNIST directory [default: $MIXTAPE_MNIST_DIR, ./data/mnist, ...]");
   app.add_option("--epochs-fraction", opt.epoch_fraction, "train this fraction of an epoch")
       ->check(CLI::Range(1e-6, 1.0));
+  app.add_option("--libtorch-blas", opt.libtorch_blas,
+                 "the LibTorch child's BLAS: auto (libblas.so.3 as Debian's alternatives resolve it) or reference "
+                 "(Debian's reference BLAS and LAPACK, put first on its LD_LIBRARY_PATH)")
+      ->check(CLI::IsMember({"auto", "reference"}));
   app.add_option("--repeat", opt.repeat, "runs of each side, alternating (the table shows medians)")
       ->check(CLI::PositiveNumber);
   app.add_option("--max-steps", opt.max_steps, "train at most this many steps (0: no bound)")

@@ -315,6 +315,39 @@ BOOST_AUTO_TEST_CASE(winograd_batch_equals_its_images, MT_CPU_TEST) {
   BOOST_TEST(max_error_over_max(all.dweight, dweight_sum) <= 1e-5);
 }
 
+BOOST_AUTO_TEST_CASE(winograd_keeps_non_finite_values_non_finite, MT_CPU_TEST) {
+  if (!mt::kernels::cpu::winograd_supported()) {
+    BOOST_TEST_MESSAGE("winograd_keeps_non_finite_values_non_finite: skipped, this CPU has no AVX-512F");
+    return;
+  }
+  // An inf or NaN spreads through its tiles' transforms (inf − inf is NaN), so outputs a direct sum would leave
+  // finite may be NaN; but every output whose window reads it stays non-finite, and so do both gradients: what
+  // anomaly mode and the GradScaler's skip look for.
+  const ForceConvPath force(ConvPath::kWinograd);
+  for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+    BOOST_TEST_CONTEXT("bad value " << bad) {
+      Tensor x = randn_seeded({2, 8, 11, 11}, mt::kF32, 81);
+      x.set({1, 3, 5, 6}, bad);
+      const Tensor w = randn_seeded({4, 8, 3, 3}, mt::kF32, 82);
+      Tensor dy = randn_seeded({2, 4, 11, 11}, mt::kF32, 83);
+      const ConvResult r = conv_and_grads(x, w, Tensor(), dy, conv_options(1, 1, 1));
+      const std::vector<double> y = r.y.to_vector<double>();
+      for (int64_t co = 0; co < 4; ++co)
+        for (int64_t oh = 4; oh <= 6; ++oh)
+          for (int64_t ow = 5; ow <= 7; ++ow)
+            BOOST_TEST(!std::isfinite(y[static_cast<size_t>(((4 + co) * 11 + oh) * 11 + ow)]),
+                       "y[1][" << co << "][" << oh << "][" << ow << "] reads the bad input");
+      BOOST_TEST(!std::isfinite(mt::sum(r.dweight).item<double>()));
+      // A bad gradient reaches dx.
+      dy.set({0, 2, 3, 3}, bad);
+      const ConvResult g = conv_and_grads(randn_seeded({2, 8, 11, 11}, mt::kF32, 84), w, Tensor(), dy,
+                                          conv_options(1, 1, 1));
+      BOOST_TEST(!std::isfinite(mt::sum(g.dx).item<double>()));
+      BOOST_TEST(!std::isfinite(mt::sum(g.dweight).item<double>()));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(winograd_covers_only_its_windows, MT_CPU_TEST) {
   namespace cpu = mt::kernels::cpu;
   const Shape x{8, 32, 26, 26};
