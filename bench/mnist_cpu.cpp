@@ -26,8 +26,8 @@
 // On a VM whose neighbours come and go, one run of each side says little: --repeat N alternates the sides N times
 // and the table gives each side's median and every run's ratio. The LibTorch child reports the BLAS it loaded:
 // Debian resolves libblas.so.3 through alternatives (the reference BLAS, or an OpenBLAS build), and LibTorch's f32
-// GEMMs are that library's, so its fp32 times depend on it: --libtorch-blas reference gives it Debian's reference
-// BLAS (the configuration issue 15's targets were set against), the default whatever the machine resolves.
+// GEMMs are that library's, so its fp32 times depend on it: --libtorch-blas reference, openblas-pthread or
+// openblas-openmp puts that build first on the child's library path; the default is whatever the machine resolves.
 //
 //   bench_mnist_cpu                                  # both models, fp32 and bf16, full epochs
 //   bench_mnist_cpu --models mlp --max-steps 100     # quicker: times scaled to a full epoch
@@ -41,6 +41,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +66,14 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kBatch = 128;
+
+/// The Debian BLAS builds --libtorch-blas can put first on the LibTorch child's library path, and where their
+/// libblas.so.3 and liblapack.so.3 live (libblas3 + liblapack3, libopenblas0-pthread, libopenblas0-openmp).
+const std::map<std::string, std::string> kBlasDirs = {
+    {"reference", "/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack"},
+    {"openblas-pthread", "/usr/lib/x86_64-linux-gnu/openblas-pthread"},
+    {"openblas-openmp", "/usr/lib/x86_64-linux-gnu/openblas-openmp"},
+};
 constexpr uint64_t kSeed = 0;
 
 struct Options {
@@ -75,7 +84,7 @@ struct Options {
   double epoch_fraction = 1.0;
   int64_t max_steps = 0;  // 0: no bound
   int repeat = 1;         // runs of each side, alternating; medians reported
-  std::string libtorch_blas = "auto";  // auto: Debian's alternatives; reference: the reference BLAS and LAPACK
+  std::string libtorch_blas = "auto";  // auto: Debian's alternatives; else the directory of kBlasDirs to put first
 };
 
 /// One training epoch (or its first `steps` steps) on one side.
@@ -258,10 +267,10 @@ struct Row {
 };
 
 int run(const Options& opt) {
-  if (opt.libtorch_blas == "reference") {
+  if (opt.libtorch_blas != "auto") {
     // The child inherits the environment (bench/child_process.h); this process has loaded its libraries already.
     const char* old = std::getenv("LD_LIBRARY_PATH");
-    std::string path = "/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack";
+    std::string path = kBlasDirs.at(opt.libtorch_blas);
     if (old != nullptr && *old != '\0') path += std::string(":") + old;
     setenv("LD_LIBRARY_PATH", path.c_str(), 1);
   }
@@ -375,9 +384,9 @@ int main(int argc, char** argv) {
   app.add_option("--epochs-fraction", opt.epoch_fraction, "train this fraction of an epoch")
       ->check(CLI::Range(1e-6, 1.0));
   app.add_option("--libtorch-blas", opt.libtorch_blas,
-                 "the LibTorch child's BLAS: auto (libblas.so.3 as Debian's alternatives resolve it) or reference "
-                 "(Debian's reference BLAS and LAPACK, put first on its LD_LIBRARY_PATH)")
-      ->check(CLI::IsMember({"auto", "reference"}));
+                 "the LibTorch child's BLAS: auto (libblas.so.3 as Debian's alternatives resolve it), or one build put "
+                 "first on its LD_LIBRARY_PATH: reference, openblas-pthread, openblas-openmp (if installed)")
+      ->check(CLI::IsMember({"auto", "reference", "openblas-pthread", "openblas-openmp"}));
   app.add_option("--repeat", opt.repeat, "runs of each side, alternating (the table shows medians)")
       ->check(CLI::PositiveNumber);
   app.add_option("--max-steps", opt.max_steps, "train at most this many steps (0: no bound)")
