@@ -1,7 +1,7 @@
 // ops/cpu/conv.cpp — convolution on the CPU: conv2d and its gradients, and the columns im2col and col2im.
 //
-// conv2d picks its algorithm per call: Winograd F(4x4, 3x3) (ops/cpu/conv_winograd.h) for the f32 3x3 windows
-// of stride 1 it covers on a CPU with AVX-512, else im2col + GEMM (ops/backend/conv_gemm.h) in chunks of samples
+// conv2d picks its algorithm per call: Winograd F(4x4, 3x3) (ops/cpu/conv_winograd.h) for the f32, f16 and bf16
+// 3x3 windows of stride 1 it covers on a CPU with AVX-512 (computed in f32), else im2col + GEMM (ops/backend/conv_gemm.h) in chunks of samples
 // whose columns fit the cache. The columns: planes in parallel (window.h); col2im sums each pixel's taps in opmath
 // and rounds once. Inputs of any layout are made contiguous first; outputs are freshly allocated and overwritten.
 #include <mixtape/ops/backend/kernels.h>
@@ -40,6 +40,17 @@ WinogradShape winograd_shape(const Shape& x_shape, int64_t c_out, const Window2d
   return {x_shape[0], x_shape[1], x_shape[2], x_shape[3], c_out, w.padding[0], w.padding[1]};
 }
 
+/// f(tag) with tag's ::type the element type of `dtype`: f32, f16 or bf16 (what the Winograd path takes).
+template <class F>
+void dispatch_winograd(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32: return f(TypeTag<float>{});
+    case DType::kF16: return f(TypeTag<Half>{});
+    case DType::kBF16: return f(TypeTag<BFloat16>{});
+    default: MT_ERROR("conv2d: the Winograd path takes f32, f16 or bf16, not ", dtype);
+  }
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Window2d& w) {
@@ -49,9 +60,11 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   const Tensor bias = bias_in.defined() ? raw::contiguous(bias_in) : Tensor();
   const WinogradShape s = winograd_shape(x.shape(), weight.size(0), w);
   Tensor y = empty({s.n, s.c_out, s.ho(), s.wo()}, x.dtype());  // (N, C_out, H_out, W_out)
-  if (y.numel() > 0)
-    winograd_conv2d(s, x.data<float>(), weight.data<float>(), bias.defined() ? bias.data<float>() : nullptr,
-                    y.data<float>());
+  if (y.numel() == 0) return y;
+  dispatch_winograd(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    winograd_conv2d<T>(s, x.data<T>(), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr, y.data<T>());
+  });
   return y;
 }
 
@@ -61,9 +74,12 @@ Tensor conv2d_backward_input(const Tensor& dy_in, const Tensor& weight_in, const
     return conv2d_gemm_backward_input(dy_in, weight_in, input_shape, w, chunk_samples(input_shape, dy_in.dtype(), w));
   const Tensor dy = raw::contiguous(dy_in), weight = raw::contiguous(weight_in);
   Tensor dx = empty(input_shape, dy.dtype());  // (N, C_in, H, W)
-  if (dx.numel() > 0)
-    winograd_conv2d_backward_input(winograd_shape(input_shape, weight.size(0), w), dy.data<float>(),
-                                   weight.data<float>(), dx.data<float>());
+  if (dx.numel() == 0) return dx;
+  dispatch_winograd(dy.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    winograd_conv2d_backward_input<T>(winograd_shape(input_shape, weight.size(0), w), dy.data<T>(), weight.data<T>(),
+                                      dx.data<T>());
+  });
   return dx;
 }
 
@@ -74,8 +90,11 @@ Conv2dWeightGrads conv2d_backward_weight(const Tensor& dy_in, const Tensor& x_in
   const Tensor dy = raw::contiguous(dy_in), x = raw::contiguous(x_in);
   Conv2dWeightGrads grads{empty({c_out, x.size(1), 3, 3}, dy.dtype()),  // (C_out, C_in, 3, 3)
                           bias ? empty({c_out}, dy.dtype()) : Tensor()};
-  winograd_conv2d_backward_weight(winograd_shape(x.shape(), c_out, w), dy.data<float>(), x.data<float>(),
-                                  grads.dweight.data<float>(), bias ? grads.dbias.data<float>() : nullptr);
+  dispatch_winograd(dy.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    winograd_conv2d_backward_weight<T>(winograd_shape(x.shape(), c_out, w), dy.data<T>(), x.data<T>(),
+                                       grads.dweight.data<T>(), bias ? grads.dbias.data<T>() : nullptr);
+  });
   return grads;
 }
 

@@ -13,10 +13,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include <omp.h>
 
+#include <mixtape/core/convert.h>
 #include <mixtape/core/error.h>
 #include <mixtape/ops/ops.h>
 
@@ -119,15 +121,16 @@ int64_t image_scratch_bytes(const Plan& p) {
 /// U[ξ][k][n] (rows of n_p, zeros past N) = (G g Gᵀ)[ξ] of the filter from input channel k to output n, computed in
 /// f64 and rounded once. The forward's filter g(n, k) is weight[n][k]; the input gradient's (flip) is weight[k][n]
 /// turned by 180°, the layer's C_out then being K.
-void transform_filters(const float* weight, int64_t K, int64_t N, int64_t n_p, bool flip, float* U) {
+template <class T>
+void transform_filters(const T* weight, int64_t K, int64_t N, int64_t n_p, bool flip, float* U) {
   std::fill(U, U + kXi * K * n_p, 0.0f);
 #pragma omp parallel for schedule(static) if (K * N >= 256)
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) {
-      const float* src = flip ? weight + (k * N + n) * 9 : weight + (n * K + k) * 9;
+      const T* src = flip ? weight + (k * N + n) * 9 : weight + (n * K + k) * 9;
       double g[3][3], t[kAlpha][3];
       for (int a = 0; a < 3; ++a)
-        for (int b = 0; b < 3; ++b) g[a][b] = flip ? src[(2 - a) * 3 + (2 - b)] : src[a * 3 + b];
+        for (int b = 0; b < 3; ++b) g[a][b] = static_cast<float>(flip ? src[(2 - a) * 3 + (2 - b)] : src[a * 3 + b]);
       for (int i = 0; i < kAlpha; ++i)
         for (int b = 0; b < 3; ++b) t[i][b] = kG[i][0] * g[0][b] + kG[i][1] * g[1][b] + kG[i][2] * g[2][b];
       for (int i = 0; i < kAlpha; ++i)
@@ -137,8 +140,16 @@ void transform_filters(const float* weight, int64_t K, int64_t N, int64_t n_p, b
     }
 }
 
-/// dweight[n][k] = (Gᵀ dU G) from dU[ξ][k][n] (rows of n_p), in f64, rounded once; overwrites.
-void untransform_filter_gradients(const float* dU, int64_t K, int64_t N, int64_t n_p, float* dweight) {
+/// v rounded once to T.
+template <class T>
+T round_to(double v) {
+  if constexpr (std::is_same_v<T, float>) return static_cast<float>(v);
+  else return T(v);
+}
+
+/// dweight[n][k] = (Gᵀ dU G) from dU[ξ][k][n] (rows of n_p), in f64, rounded once to T; overwrites.
+template <class T>
+void untransform_filter_gradients(const float* dU, int64_t K, int64_t N, int64_t n_p, T* dweight) {
 #pragma omp parallel for schedule(static) if (K * N >= 256)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) {
@@ -148,12 +159,12 @@ void untransform_filter_gradients(const float* dU, int64_t K, int64_t N, int64_t
           const double du = dU[((i * kAlpha + j) * K + k) * n_p + n];
           for (int a = 0; a < 3; ++a) t[a][j] += kG[i][a] * du;
         }
-      float* dst = dweight + (n * K + k) * 9;
+      T* dst = dweight + (n * K + k) * 9;
       for (int a = 0; a < 3; ++a)
         for (int b = 0; b < 3; ++b) {
           double v = 0.0;
           for (int j = 0; j < kAlpha; ++j) v += t[a][j] * kG[j][b];
-          dst[a * 3 + b] = static_cast<float>(v);
+          dst[a * 3 + b] = round_to<T>(v);
         }
     }
 }
@@ -419,13 +430,29 @@ MT_AVX512 void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, i
 /// Each thread's scratch, kept from call to call.
 struct Scratch {
   Floats xt, yt, v, m;
+  Floats wide;  // an f16/bf16 image widened to f32, or an output image before its rounding
 };
 thread_local Scratch t_scratch;
 
+/// x (count values) as f32: itself, or widened into the thread's scratch (exact).
+template <class T>
+const float* widened(const T* x, int64_t count) {
+  if constexpr (std::is_same_v<T, float>) {
+    (void)count;
+    return x;
+  } else {
+    float* wide = t_scratch.wide.get(count);
+    convert_n(x, wide, count);
+    return wide;
+  }
+}
+
 /// y (N, ho, wo) of one image = the convolution of x (K, h, w) with the transformed filters U (36, K, n_p), plus
-/// bias (n_p); overwrites.
-MT_AVX512 void forward_image(const Plan& p, const float* x, const float* U, const float* bias, float* y) {
+/// bias (n_p); overwrites. f16/bf16 images are widened to f32 first and the f32 outputs rounded once at the end.
+template <class T>
+MT_AVX512 void forward_image(const Plan& p, const T* x_in, const float* U, const float* bias, T* y) {
   const int64_t K = p.s.c_in, N = p.s.c_out;
+  const float* x = widened(x_in, K * p.s.h * p.s.w);
   float* xt = t_scratch.xt.get(p.hp * p.wp * p.k_p);
   float* yt = t_scratch.yt.get(p.ht * p.wt * p.n_p);
   float* V = t_scratch.v.get(kXi * p.group * p.k_p);
@@ -439,19 +466,26 @@ MT_AVX512 void forward_image(const Plan& p, const float* x, const float* U, cons
            p.n_p, false);
     output_transform(p, M, bias, t0, count, yt);
   }
-  unpack_channels_first(yt, p.wt, p.n_p, y, N, p.ho, p.wo);
+  if constexpr (std::is_same_v<T, float>) {
+    unpack_channels_first(yt, p.wt, p.n_p, y, N, p.ho, p.wo);
+  } else {
+    float* wide = t_scratch.wide.get(N * p.ho * p.wo);
+    unpack_channels_first(yt, p.wt, p.n_p, wide, N, p.ho, p.wo);
+    convert_n(wide, y, N * p.ho * p.wo);  // core/convert.h: round to nearest even, once
+  }
 }
 
 /// dU (36, K, n_p) += the transformed weight gradient of one image: V[ξ]ᵀ · (A dY Aᵀ)[ξ] over its tiles; and, unless
 /// nullptr, dbias (n_p) += the image's dy summed over its pixels (rows summed in f32, then added in f64).
-MT_AVX512 void backward_weight_image(const Plan& p, const float* x, const float* dy, float* dU, double* dbias) {
+template <class T>
+MT_AVX512 void backward_weight_image(const Plan& p, const T* x, const T* dy, float* dU, double* dbias) {
   const int64_t K = p.s.c_in, N = p.s.c_out;
   float* xt = t_scratch.xt.get(p.hp * p.wp * p.k_p);
   float* dyt = t_scratch.yt.get(p.ht * p.wt * p.n_p);
   float* V = t_scratch.v.get(kXi * p.group * p.k_p);
   float* M = t_scratch.m.get(kXi * p.group * p.n_p);
-  pack_channels_last(x, K, p.s.h, p.s.w, xt, p.hp, p.wp, p.k_p, p.s.pad_h, p.s.pad_w);
-  pack_channels_last(dy, N, p.ho, p.wo, dyt, p.ht, p.wt, p.n_p, 0, 0);
+  pack_channels_last(widened(x, K * p.s.h * p.s.w), K, p.s.h, p.s.w, xt, p.hp, p.wp, p.k_p, p.s.pad_h, p.s.pad_w);
+  pack_channels_last(widened(dy, N * p.ho * p.wo), N, p.ho, p.wo, dyt, p.ht, p.wt, p.n_p, 0, 0);
   if (dbias) {
     for (int64_t c = 0; c < p.n_p; c += 16) {
       __m512 image = _mm512_setzero_ps();
@@ -477,7 +511,8 @@ MT_AVX512 void backward_weight_image(const Plan& p, const float* x, const float*
 }
 
 /// The convolution of every image of x (n, K, h, w) with transformed filters U, plus bias (n_p): images to threads.
-void forward_batch(const Plan& p, const float* x, const float* U, const float* bias, float* y) {
+template <class T>
+void forward_batch(const Plan& p, const T* x, const float* U, const float* bias, T* y) {
   const int64_t x_image = p.s.c_in * p.s.h * p.s.w, y_image = p.s.c_out * p.ho * p.wo;
 #pragma omp parallel for schedule(static) if (p.s.n > 1)
   for (int64_t i = 0; i < p.s.n; ++i) forward_image(p, x + i * x_image, U, bias, y + i * y_image);
@@ -506,7 +541,8 @@ bool winograd_supported() {
 #endif
 }
 
-void winograd_conv2d(const WinogradShape& s, const float* x, const float* weight, const float* bias, float* y) {
+template <class T>
+void winograd_conv2d(const WinogradShape& s, const T* x, const T* weight, const T* bias, T* y) {
   check_supported("winograd_conv2d");
 #if defined(MT_WINOGRAD_X86)
   const Plan p = plan_of(s, false);
@@ -514,14 +550,16 @@ void winograd_conv2d(const WinogradShape& s, const float* x, const float* weight
   float* bias_p = U + kXi * s.c_in * p.n_p;  // (n_p), zeros past C_out
   transform_filters(weight, s.c_in, s.c_out, p.n_p, false, U);
   std::fill(bias_p, bias_p + p.n_p, 0.0f);
-  if (bias) std::copy(bias, bias + s.c_out, bias_p);
+  if (bias)
+    for (int64_t c = 0; c < s.c_out; ++c) bias_p[c] = static_cast<float>(bias[c]);
   forward_batch(p, x, U, bias_p, y);
 #else
   (void)x, (void)weight, (void)bias, (void)y;
 #endif
 }
 
-void winograd_conv2d_backward_input(const WinogradShape& s, const float* dy, const float* weight, float* dx) {
+template <class T>
+void winograd_conv2d_backward_input(const WinogradShape& s, const T* dy, const T* weight, T* dx) {
   check_supported("winograd_conv2d_backward_input");
 #if defined(MT_WINOGRAD_X86)
   // dx = dy, zero-padded by 2 − padding, convolved with the filters turned by 180° from C_out to C_in.
@@ -537,8 +575,8 @@ void winograd_conv2d_backward_input(const WinogradShape& s, const float* dy, con
 #endif
 }
 
-void winograd_conv2d_backward_weight(const WinogradShape& s, const float* dy, const float* x, float* dweight,
-                                     float* dbias) {
+template <class T>
+void winograd_conv2d_backward_weight(const WinogradShape& s, const T* dy, const T* x, T* dweight, T* dbias) {
   check_supported("winograd_conv2d_backward_weight");
 #if defined(MT_WINOGRAD_X86)
   const Plan p = plan_of(s, true);
@@ -565,7 +603,7 @@ void winograd_conv2d_backward_weight(const WinogradShape& s, const float* dy, co
   }
   untransform_filter_gradients(dU, s.c_in, s.c_out, p.n_p, dweight);
   if (dbias)
-    for (int64_t c = 0; c < s.c_out; ++c) dbias[c] = static_cast<float>(db[static_cast<size_t>(c)]);
+    for (int64_t c = 0; c < s.c_out; ++c) dbias[c] = round_to<T>(db[static_cast<size_t>(c)]);
 #else
   (void)dy, (void)x, (void)dweight, (void)dbias;
 #endif
@@ -573,7 +611,8 @@ void winograd_conv2d_backward_weight(const WinogradShape& s, const float* dy, co
 
 bool use_winograd(DType dtype, const Shape& x_shape, int64_t c_out, const Window2d& w) {
   const ConvPath path = g_path.load();
-  if (path == ConvPath::kGemm || dtype != DType::kF32 || !winograd_supported()) return false;
+  const bool computed_in_f32 = dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+  if (path == ConvPath::kGemm || !computed_in_f32 || !winograd_supported()) return false;
   const bool covered = w.kernel[0] == 3 && w.kernel[1] == 3 && w.stride[0] == 1 && w.stride[1] == 1 &&
                        w.dilation[0] == 1 && w.dilation[1] == 1 && w.padding[0] >= 0 && w.padding[0] <= 2 &&
                        w.padding[1] >= 0 && w.padding[1] <= 2;
@@ -587,6 +626,15 @@ bool use_winograd(DType dtype, const Shape& x_shape, int64_t c_out, const Window
   return std::max(image_scratch_bytes(plan_of(s, true)),
                   image_scratch_bytes(plan_of(back, false))) <= kMaxImageScratchBytes;
 }
+
+#define MT_WINOGRAD_INSTANTIATE(T)                                                                            \
+  template void winograd_conv2d<T>(const WinogradShape&, const T*, const T*, const T*, T*);                    \
+  template void winograd_conv2d_backward_input<T>(const WinogradShape&, const T*, const T*, T*);               \
+  template void winograd_conv2d_backward_weight<T>(const WinogradShape&, const T*, const T*, T*, T*);
+MT_WINOGRAD_INSTANTIATE(float)
+MT_WINOGRAD_INSTANTIATE(Half)
+MT_WINOGRAD_INSTANTIATE(BFloat16)
+#undef MT_WINOGRAD_INSTANTIATE
 
 ForceConvPath::ForceConvPath(ConvPath path) : m_previous(g_path.exchange(path)) {}
 ForceConvPath::~ForceConvPath() { g_path.store(m_previous); }

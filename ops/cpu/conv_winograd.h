@@ -1,4 +1,4 @@
-// ops/cpu/conv_winograd.h — f32 3x3 convolutions of stride 1 by Winograd's minimal filtering, F(4x4, 3x3).
+// ops/cpu/conv_winograd.h — 3x3 convolutions of stride 1 by Winograd's minimal filtering, F(4x4, 3x3), in f32.
 //
 // The one design idea (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2015): a 4x4 block of
 // outputs of a 3x3 filter is Aᵀ[(G g Gᵀ) ⊙ (Bᵀ d B)]A for the 6x6 input tile d that covers it, so over C_in channels
@@ -12,8 +12,8 @@
 //
 // Numerics. Every sum is f32 (U and dW's last transform in f64, rounded once). The transforms multiply by up to 8
 // and divide by up to 24, so rounding errors grow beyond a direct sum's: measured on N(0, 1) data
-// (tests/test_conv.cpp), the largest error of y is up to 5e-6 of the largest |y|, of dx 2.8e-6 and of dweight
-// 2.5e-6, against 0.4e-7 to 6.4e-7 for im2col + sgemm: far below what training notices (cuDNN and oneDNN offer the
+// (tests/test_conv.cpp), the largest error of y is up to 5.0e-6 of the largest |y|, of dx 5.6e-6 and of
+// dweight 4.6e-6, against 0.4e-7 to 7.8e-7 for im2col + sgemm: far below what training notices (cuDNN and oneDNN offer the
 // same algorithm for f32), and the reason the tests hold this path to a bound of its own.
 // mixtape::set_allow_winograd(false) keeps every convolution a direct sum. A non-finite input reaches every output
 // of the tiles that read it (inf − inf within a transform gives NaN where a direct sum would give ±inf or a finite
@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include <mixtape/core/half.h>
 #include <mixtape/ops/backend/kernels.h>
 
 namespace mixtape::kernels::cpu {
@@ -39,22 +40,27 @@ struct WinogradShape {
 /// Whether this CPU runs the Winograd kernels (AVX-512F).
 bool winograd_supported();
 
+// T is float, Half or BFloat16: f16/bf16 data are widened to f32 (exact), computed as f32, and each result rounded
+// once to T (nearest even), as every lower-precision op's kernel does.
+
 /// y = x ⋆ weight + bias (bias: c_out values, or nullptr); every pointer contiguous; overwrites y.
-void winograd_conv2d(const WinogradShape& s, const float* x, const float* weight, const float* bias, float* y);
+template <class T>
+void winograd_conv2d(const WinogradShape& s, const T* x, const T* weight, const T* bias, T* y);
 
 /// dx (n, c_in, h, w) = the gradient of winograd_conv2d in x for dy (n, c_out, ho, wo); overwrites dx.
-void winograd_conv2d_backward_input(const WinogradShape& s, const float* dy, const float* weight, float* dx);
+template <class T>
+void winograd_conv2d_backward_input(const WinogradShape& s, const T* dy, const T* weight, T* dx);
 
 /// dweight (c_out, c_in, 3, 3) = the gradient of winograd_conv2d in weight, summed over the batch, and, unless
 /// nullptr, dbias (c_out) = dy summed over (n, ho, wo) (each image's sum in f32, the images' in f64); overwrites.
-void winograd_conv2d_backward_weight(const WinogradShape& s, const float* dy, const float* x, float* dweight,
-                                     float* dbias);
+template <class T>
+void winograd_conv2d_backward_weight(const WinogradShape& s, const T* dy, const T* x, T* dweight, T* dbias);
 
 /// How the CPU's conv2d kernels convolve.
 enum class ConvPath {
   kAuto,      // Winograd where allowed (mixtape::set_allow_winograd) and use_winograd says so, im2col + GEMM elsewhere
-  kWinograd,  // Winograd for every window it covers (f32, 3x3, stride 1, dilation 1, padding <= 2), whatever the
-              // image size or set_allow_winograd
+  kWinograd,  // Winograd for every convolution it covers (f32, f16 or bf16, 3x3, stride 1, dilation 1, padding
+              // <= 2), whatever the image size or set_allow_winograd
   kGemm,      // im2col + GEMM always: the path of every other CPU and window
 };
 
