@@ -20,6 +20,7 @@
 
 #include <mixtape/core/convert.h>
 #include <mixtape/core/error.h>
+#include <mixtape/ops/cpu/transpose16.h>
 #include <mixtape/ops/ops.h>
 
 #if defined(__x86_64__)
@@ -177,39 +178,6 @@ MT_AVX512 inline __mmask16 mask16(int64_t valid) {
   return valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(valid, 0)) - 1u);
 }
 
-MT_AVX512 inline __m512 lo64(__m512 a, __m512 b) {
-  return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
-}
-MT_AVX512 inline __m512 hi64(__m512 a, __m512 b) {
-  return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
-}
-
-/// Transposes the 16 x 16 floats in r: r[i] lane j becomes r[j] lane i.
-MT_AVX512 inline void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  // u[4g + e], 128-bit lane L: element 4L + e of rows 4g .. 4g + 3.
-  for (int g = 0; g < 4; ++g) {
-    u[4 * g + 0] = lo64(t[4 * g], t[4 * g + 2]);
-    u[4 * g + 1] = hi64(t[4 * g], t[4 * g + 2]);
-    u[4 * g + 2] = lo64(t[4 * g + 1], t[4 * g + 3]);
-    u[4 * g + 3] = hi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  // Output row 4L + e gathers lane L of u[e], u[4 + e], u[8 + e], u[12 + e].
-  for (int e = 0; e < 4; ++e) {
-    const __m512 v_even = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88), v_odd = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xdd);
-    const __m512 w_even = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
-    const __m512 w_odd = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xdd);
-    r[e] = _mm512_shuffle_f32x4(v_even, w_even, 0x88);
-    r[8 + e] = _mm512_shuffle_f32x4(v_even, w_even, 0xdd);
-    r[4 + e] = _mm512_shuffle_f32x4(v_odd, w_odd, 0x88);
-    r[12 + e] = _mm512_shuffle_f32x4(v_odd, w_odd, 0xdd);
-  }
-}
-
 /// dst[j·ldd + i] = src[i·lds + j] for i < rows, j < cols (both <= 16). Each of the cols rows of dst gets
 /// `lanes` lanes: those past `rows` are zeros.
 MT_AVX512 inline void transpose_block(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
@@ -256,7 +224,7 @@ MT_AVX512 void unpack_channels_first(const float* src, int64_t ws, int64_t c_p, 
 }
 
 /// Bᵀ d of six inputs along one axis: v = Bᵀ (d0 .. d5).
-MT_AVX512 inline void input_1d(const __m512 d[6], __m512 v[6]) {
+MT_AVX512 inline void input_1d(const __m512* d, __m512* v) {  // d[6] -> v[6]
   const __m512 four = _mm512_set1_ps(4.0f), five = _mm512_set1_ps(-5.0f), two = _mm512_set1_ps(2.0f);
   const __m512 d42 = _mm512_sub_ps(d[4], d[2]);
   v[0] = _mm512_fmadd_ps(four, d[0], _mm512_fmadd_ps(five, d[2], d[4]));  // 4 d0 − 5 d2 + d4
@@ -278,7 +246,7 @@ MT_AVX512 inline void output_1d(const __m512 m[6], __m512 y[4]) {
 }
 
 /// A dy, the adjoint of output_1d: six transformed gradients from four output gradients.
-MT_AVX512 inline void output_adjoint_1d(const __m512 g[4], __m512 m[6]) {
+MT_AVX512 inline void output_adjoint_1d(const __m512* g, __m512* m) {  // g[4] -> m[6]
   const __m512 e = _mm512_add_ps(g[0], g[2]), o = _mm512_add_ps(g[1], g[3]);
   const __m512 e4 = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), g[2], g[0]);           // g0 + 4 g2
   const __m512 o8 = _mm512_fmadd_ps(_mm512_set1_ps(8.0f), g[3], _mm512_add_ps(g[1], g[1]));  // 2 g1 + 8 g3
@@ -290,24 +258,29 @@ MT_AVX512 inline void output_adjoint_1d(const __m512 g[4], __m512 m[6]) {
   m[5] = g[3];
 }
 
-/// The 36 transformed positions of each tile in [t0, t0 + count): V[ξ][t − t0][·] = (Bᵀ d B)[ξ], ξ = 6·row + column,
-/// from the packed input xt (hp, wp, k_p). V's rows are p.group tiles apart per ξ.
-MT_AVX512 void input_transform(const Plan& p, const float* xt, int64_t t0, int64_t count, float* V) {
+/// The 36 transformed positions of each tile in [t0, t0 + count): out[ξ][t − t0][·] = (T d Tᵀ)[ξ], ξ = 6·row +
+/// column, where `transform` maps R values to 6 along one axis and d is the tile's R x R pixels in a packed
+/// channels-last image (rows of `ws` pixels of `lanes` channels; tiles kTile pixels apart). out's rows are p.group
+/// tiles apart per ξ. The input transform reads 6 x 6 pixels of xt with Bᵀ (input_1d); the weight gradient's
+/// adjoint of the output transform reads 4 x 4 output gradients of dyt with A (output_adjoint_1d).
+template <int R, void (*transform)(const __m512*, __m512*)>
+MT_AVX512 void transform_tiles(const Plan& p, const float* image, int64_t ws, int64_t lanes, int64_t t0, int64_t count,
+                               float* out) {
   for (int64_t tl = 0; tl < count; ++tl) {
     const int64_t th = (t0 + tl) / p.tiles_w, tw = (t0 + tl) % p.tiles_w;
-    const float* tile = xt + (th * kTile * p.wp + tw * kTile) * p.k_p;
-    for (int64_t c = 0; c < p.k_p; c += 16) {
-      __m512 rows[kAlpha][kAlpha];  // Bᵀ along each row of the tile
-      for (int i = 0; i < kAlpha; ++i) {
-        __m512 d[kAlpha];
-        for (int j = 0; j < kAlpha; ++j) d[j] = _mm512_load_ps(tile + (i * p.wp + j) * p.k_p + c);
-        input_1d(d, rows[i]);
+    const float* tile = image + (th * kTile * ws + tw * kTile) * lanes;
+    for (int64_t c = 0; c < lanes; c += 16) {
+      __m512 rows[R][kAlpha];  // transformed along each row of the tile
+      for (int i = 0; i < R; ++i) {
+        __m512 d[R];
+        for (int j = 0; j < R; ++j) d[j] = _mm512_load_ps(tile + (i * ws + j) * lanes + c);
+        transform(d, rows[i]);
       }
       for (int j = 0; j < kAlpha; ++j) {
-        __m512 col[kAlpha], v[kAlpha];
-        for (int i = 0; i < kAlpha; ++i) col[i] = rows[i][j];
-        input_1d(col, v);
-        for (int i = 0; i < kAlpha; ++i) _mm512_store_ps(V + ((i * kAlpha + j) * p.group + tl) * p.k_p + c, v[i]);
+        __m512 col[R], v[kAlpha];
+        for (int i = 0; i < R; ++i) col[i] = rows[i][j];
+        transform(col, v);
+        for (int i = 0; i < kAlpha; ++i) _mm512_store_ps(out + ((i * kAlpha + j) * p.group + tl) * lanes + c, v[i]);
       }
     }
   }
@@ -333,29 +306,6 @@ MT_AVX512 void output_transform(const Plan& p, const float* M, const float* bias
         for (int i = 0; i < kAlpha; ++i) col[i] = rows[i][j];
         output_1d(col, y);
         for (int i = 0; i < kTile; ++i) _mm512_store_ps(tile + (i * p.wt + j) * p.n_p + c, _mm512_add_ps(y[i], b));
-      }
-    }
-  }
-}
-
-/// The transformed output gradients of each tile in [t0, t0 + count): M[ξ][t − t0][·] = (A dY Aᵀ)[ξ], from the
-/// packed output gradient dyt (ht, wt, n_p), zeros past (ho, wo).
-MT_AVX512 void output_adjoint_transform(const Plan& p, const float* dyt, int64_t t0, int64_t count, float* M) {
-  for (int64_t tl = 0; tl < count; ++tl) {
-    const int64_t th = (t0 + tl) / p.tiles_w, tw = (t0 + tl) % p.tiles_w;
-    const float* tile = dyt + (th * kTile * p.wt + tw * kTile) * p.n_p;
-    for (int64_t c = 0; c < p.n_p; c += 16) {
-      __m512 rows[kTile][kAlpha];  // the adjoint along each row of the tile
-      for (int i = 0; i < kTile; ++i) {
-        __m512 g[kTile];
-        for (int j = 0; j < kTile; ++j) g[j] = _mm512_load_ps(tile + (i * p.wt + j) * p.n_p + c);
-        output_adjoint_1d(g, rows[i]);
-      }
-      for (int j = 0; j < kAlpha; ++j) {
-        __m512 col[kTile], m[kAlpha];
-        for (int i = 0; i < kTile; ++i) col[i] = rows[i][j];
-        output_adjoint_1d(col, m);
-        for (int i = 0; i < kAlpha; ++i) _mm512_store_ps(M + ((i * kAlpha + j) * p.group + tl) * p.n_p + c, m[i]);
       }
     }
   }
@@ -460,7 +410,7 @@ MT_AVX512 void forward_image(const Plan& p, const T* x_in, const float* U, const
   pack_channels_last(x, K, p.s.h, p.s.w, xt, p.hp, p.wp, p.k_p, p.s.pad_h, p.s.pad_w);
   for (int64_t t0 = 0; t0 < p.tiles; t0 += p.group) {
     const int64_t count = std::min<int64_t>(p.group, p.tiles - t0);
-    input_transform(p, xt, t0, count, V);
+    transform_tiles<kAlpha, input_1d>(p, xt, p.wp, p.k_p, t0, count, V);
     for (int xi = 0; xi < kXi; ++xi)
       gemm(count, p.n_p, K, V + xi * p.group * p.k_p, p.k_p, 1, U + xi * K * p.n_p, p.n_p, M + xi * p.group * p.n_p,
            p.n_p, false);
@@ -502,8 +452,8 @@ MT_AVX512 void backward_weight_image(const Plan& p, const T* x, const T* dy, flo
   }
   for (int64_t t0 = 0; t0 < p.tiles; t0 += p.group) {
     const int64_t count = std::min<int64_t>(p.group, p.tiles - t0);
-    input_transform(p, xt, t0, count, V);
-    output_adjoint_transform(p, dyt, t0, count, M);
+    transform_tiles<kAlpha, input_1d>(p, xt, p.wp, p.k_p, t0, count, V);
+    transform_tiles<kTile, output_adjoint_1d>(p, dyt, p.wt, p.n_p, t0, count, M);
     for (int xi = 0; xi < kXi; ++xi)
       gemm(K, p.n_p, count, V + xi * p.group * p.k_p, 1, p.k_p, M + xi * p.group * p.n_p, p.n_p, dU + xi * K * p.n_p,
            p.n_p, true);

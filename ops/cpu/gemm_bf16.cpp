@@ -17,6 +17,7 @@
 #include <omp.h>
 
 #include <mixtape/core/error.h>
+#include <mixtape/ops/cpu/transpose16.h>
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 intrinsics start their results from `__m512i __Y = __Y;` (_mm512_undefined_epi32), which
@@ -56,32 +57,6 @@ MT_AVX512_BF16 inline __mmask16 mask16(int64_t valid) {
 }
 MT_AVX512_BF16 inline __mmask32 mask32(int64_t valid) {
   return valid >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << std::max<int64_t>(valid, 0)) - 1u);
-}
-
-/// Transposes the 16 x 16 matrix of 32-bit lanes in r: r[i] lane j becomes r[j] lane i.
-MT_AVX512_BF16 inline void transpose16(__m512i r[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // u[4g + e], 128-bit lane L: element 4L + e of rows 4g .. 4g + 3.
-  for (int g = 0; g < 4; ++g) {
-    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  // Output row 4L + e gathers lane L of u[e], u[4 + e], u[8 + e], u[12 + e].
-  for (int e = 0; e < 4; ++e) {
-    const __m512i v_even = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88), v_odd = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xdd);
-    const __m512i w_even = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88);
-    const __m512i w_odd = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xdd);
-    r[e] = _mm512_shuffle_i32x4(v_even, w_even, 0x88);
-    r[8 + e] = _mm512_shuffle_i32x4(v_even, w_even, 0xdd);
-    r[4 + e] = _mm512_shuffle_i32x4(v_odd, w_odd, 0x88);
-    r[12 + e] = _mm512_shuffle_i32x4(v_odd, w_odd, 0xdd);
-  }
 }
 
 /// Packs `lines` (<= W) lines whose k runs contiguously (line i at src + i * ld) into a panel
