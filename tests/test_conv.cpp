@@ -358,6 +358,33 @@ BOOST_AUTO_TEST_CASE(winograd_keeps_non_finite_values_non_finite, MT_CPU_TEST) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(empty_batches_and_channels_give_empty_or_zero_results, MT_CPU_TEST) {
+  // The windows the Winograd path covers, with nothing in them: no batch (empty y and dx, zero dweight and dbias),
+  // no input channel (y is the bias, dx empty, dbias the sum of dy).
+  for (DType dt : {mt::kF32, mt::kBF16}) {
+    BOOST_TEST_CONTEXT("dtype " << dt) {
+      const Tensor w = randn_seeded({4, 3, 3, 3}, dt, 91).requires_grad_(), b = randn_seeded({4}, dt, 92).requires_grad_();
+      const Tensor none = mt::zeros({0, 3, 8, 8}, dt).requires_grad_();
+      Tensor y = mt::conv2d(none, w, b, conv_options(1, 1, 1));
+      BOOST_TEST(y.shape() == (Shape{0, 4, 8, 8}));
+      mt::sum(y).backward();
+      BOOST_TEST(none.grad().shape() == (Shape{0, 3, 8, 8}));
+      expect_close(w.grad(), mt::zeros(w.shape(), dt), kExact, "dweight of an empty batch");
+      expect_close(b.grad(), mt::zeros(b.shape(), dt), kExact, "dbias of an empty batch");
+
+      const Tensor x0 = mt::zeros({2, 0, 8, 8}, dt).requires_grad_(), w0 = mt::zeros({4, 0, 3, 3}, dt).requires_grad_();
+      const Tensor b0 = randn_seeded({4}, dt, 93).requires_grad_();
+      y = mt::conv2d(x0, w0, b0, conv_options(1, 1, 1));
+      BOOST_TEST(y.shape() == (Shape{2, 4, 8, 8}));
+      expect_close(y, b0.detach().reshape({1, 4, 1, 1}).expand({2, 4, 8, 8}), kExact, "y of no input channel");
+      mt::sum(y).backward();
+      BOOST_TEST(x0.grad().shape() == (Shape{2, 0, 8, 8}));
+      BOOST_TEST(w0.grad().shape() == (Shape{4, 0, 3, 3}));
+      expect_close(b0.grad(), mt::full({4}, 128.0, dt), kExact, "dbias of no input channel");
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(winograd_covers_only_its_windows, MT_CPU_TEST) {
   namespace cpu = mt::kernels::cpu;
   const Shape x{8, 32, 26, 26};
@@ -370,6 +397,7 @@ BOOST_AUTO_TEST_CASE(winograd_covers_only_its_windows, MT_CPU_TEST) {
   BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {0, 0}, {2, 2}}));  // dilation 2
   BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{5, 5}, {1, 1}, {0, 0}, {1, 1}}));  // 5x5
   BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {3, 3}, {1, 1}}));  // padding 3
+  BOOST_TEST(!cpu::use_winograd(mt::kF32, {8, 0, 26, 26}, 64, k3));                    // no input channel
   // One input channel (the MNIST net's first conv): measured on the 2-core VM, batch 128, its forward by Winograd
   // takes 1.6 ms against im2col + sgemm's 3.8-4.2 ms, its weight gradient 2.0 against 1.2-2.3 ms.
   BOOST_TEST(cpu::use_winograd(mt::kF32, {8, 1, 28, 28}, 32, k3) == cpu::winograd_supported());

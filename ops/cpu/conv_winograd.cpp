@@ -568,7 +568,7 @@ bool use_winograd(DType dtype, const Shape& x_shape, int64_t c_out, const Window
                        w.padding[1] >= 0 && w.padding[1] <= 2;
   if (!covered || x_shape.size() != 4) return false;
   const WinogradShape s{x_shape[0], x_shape[1], x_shape[2], x_shape[3], c_out, w.padding[0], w.padding[1]};
-  if (s.ho() < 1 || s.wo() < 1) return false;
+  if (s.ho() < 1 || s.wo() < 1 || s.c_in < 1 || s.c_out < 1) return false;  // empty channels: nothing to transform
   if (path == ConvPath::kWinograd) return true;
   if (!g_allow.load()) return false;
   // Both directions' scratch (the input gradient's convolution swaps the channels and grows the image by 2).
