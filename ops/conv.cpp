@@ -3,9 +3,9 @@
 // The one design idea: the op checks, saves and routes; the backend convolves. Each device picks its algorithm
 // behind the kernel table (kernels::conv2d and its two gradients, ops/backend/kernels.h): im2col + GEMM
 // (ops/backend/conv_gemm.h) everywhere, and on the CPU Winograd F(4x4, 3x3) for 3x3 windows of stride 1
-// (ops/cpu/conv_winograd.h; f32, f16 and bf16 data, computed in f32). It is a "lower precision" op like matmul: f16/bf16 products accumulate in f32, and a
-// result that is summed further (the bias add, the batch sum of dW, overlapping windows in dX) stays in f32 until
-// its one rounding.
+// (ops/cpu/conv_winograd.h; f32, f16 and bf16 data, computed in f32). It is a "lower precision" op like matmul:
+// f16/bf16 products accumulate in f32, and a result that is summed further (the bias add, the batch sum of dW,
+// overlapping windows in dX) stays in f32 until its one rounding.
 #include <mixtape/autograd/function.h>
 #include <mixtape/ops/check.h>
 #include <mixtape/ops/common.h>

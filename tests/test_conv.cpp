@@ -363,7 +363,8 @@ BOOST_AUTO_TEST_CASE(empty_batches_and_channels_give_empty_or_zero_results, MT_C
   // no input channel (y is the bias, dx empty, dbias the sum of dy).
   for (DType dt : {mt::kF32, mt::kBF16}) {
     BOOST_TEST_CONTEXT("dtype " << dt) {
-      const Tensor w = randn_seeded({4, 3, 3, 3}, dt, 91).requires_grad_(), b = randn_seeded({4}, dt, 92).requires_grad_();
+      const Tensor w = randn_seeded({4, 3, 3, 3}, dt, 91).requires_grad_();
+      const Tensor b = randn_seeded({4}, dt, 92).requires_grad_();
       const Tensor none = mt::zeros({0, 3, 8, 8}, dt).requires_grad_();
       Tensor y = mt::conv2d(none, w, b, conv_options(1, 1, 1));
       BOOST_TEST(y.shape() == (Shape{0, 4, 8, 8}));

@@ -2,8 +2,9 @@
 //
 // conv2d picks its algorithm per call: Winograd F(4x4, 3x3) (ops/cpu/conv_winograd.h) for the f32, f16 and bf16
 // 3x3 windows of stride 1 it covers on a CPU with AVX-512 (computed in f32), else im2col + GEMM
-// (ops/backend/conv_gemm.h) in chunks of samples whose columns fit the cache. The columns: planes in parallel (window.h); col2im sums each pixel's taps in opmath
-// and rounds once. Inputs of any layout are made contiguous first; outputs are freshly allocated and overwritten.
+// (ops/backend/conv_gemm.h) in chunks of samples whose columns fit the cache. The columns: planes in parallel
+// (window.h); col2im sums each pixel's taps in opmath and rounds once. Inputs of any layout are made contiguous
+// first; outputs are freshly allocated and overwritten.
 #include <mixtape/ops/backend/kernels.h>
 
 #include <algorithm>

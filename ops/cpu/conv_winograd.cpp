@@ -207,7 +207,8 @@ MT_AVX512 void pack_channels_last(const float* src, int64_t c, int64_t h, int64_
   for (int64_t c0 = 0; c0 < c; c0 += 16)  // 16 planes at a time, each read front to back
     for (int64_t y = 0; y < h; ++y)
       for (int64_t x0 = 0; x0 < w; x0 += 16)
-        transpose_block(src + (c0 * h + y) * w + x0, h * w, std::min<int64_t>(16, c - c0), std::min<int64_t>(16, w - x0),
+        transpose_block(src + (c0 * h + y) * w + x0, h * w, std::min<int64_t>(16, c - c0),
+                        std::min<int64_t>(16, w - x0),
                         dst + ((off_h + y) * wd + off_w + x0) * c_p + c0, c_p, 16);
 }
 

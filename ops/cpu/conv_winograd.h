@@ -13,8 +13,8 @@
 // Numerics. Every sum is f32 (U and dW's last transform in f64, rounded once). The transforms multiply by up to 8
 // and divide by up to 24, so rounding errors grow beyond a direct sum's: measured on N(0, 1) data
 // (tests/test_conv.cpp), the largest error of y is up to 5.0e-6 of the largest |y|, of dx 5.6e-6 and of
-// dweight 4.6e-6, against 0.4e-7 to 7.8e-7 for im2col + sgemm: far below what training notices (cuDNN and oneDNN offer the
-// same algorithm for f32), and the reason the tests hold this path to a bound of its own.
+// dweight 4.6e-6, against 0.4e-7 to 7.8e-7 for im2col + sgemm: far below what training notices (cuDNN and oneDNN
+// offer the same algorithm for f32), and the reason the tests hold this path to a bound of its own.
 // mixtape::set_allow_winograd(false) keeps every convolution a direct sum. A non-finite input reaches every output
 // of the tiles that read it (inf − inf within a transform gives NaN where a direct sum would give ±inf or a finite
 // value): a NaN or inf still yields non-finite outputs, which is what anomaly mode and the GradScaler look for.

@@ -46,12 +46,10 @@ __attribute__((target("avx512f"))) inline void take_tap(__m512 v, __m512i pos, _
 /// One f32 plane's 2x2 max-pool of stride 2 (no padding), sixteen windows per step: the taps in (kh, kw) order, a
 /// tap taking the window when it is greater than the best so far or is the first NaN (the rule of the scalar loop).
 /// Positions are computed in 32 bits: the caller checks that a plane has fewer than 2^31 pixels.
-__attribute__((target("avx512f"))) void max_pool_2x2_avx512(const float* src, int64_t h, int64_t w, int64_t ho,
-                                                             int64_t wo, float* dst, int64_t* idx) {
-  (void)h;
+__attribute__((target("avx512f"))) void max_pool_2x2_avx512(const float* src, int64_t w, int64_t ho, int64_t wo,
+                                                             float* dst, int64_t* idx) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  const __m512i twice_lane = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i down = _mm512_set1_epi32(static_cast<int>(w));
   for (int64_t oh = 0; oh < ho; ++oh) {
     const float* r0 = src + 2 * oh * w;
@@ -63,15 +61,16 @@ __attribute__((target("avx512f"))) void max_pool_2x2_avx512(const float* src, in
       const __m512 r0a = _mm512_maskz_loadu_ps(lo, r0 + 2 * ow), r0b = _mm512_maskz_loadu_ps(hi, r0 + 2 * ow + 16);
       const __m512 r1a = _mm512_maskz_loadu_ps(lo, r1 + 2 * ow), r1b = _mm512_maskz_loadu_ps(hi, r1 + 2 * ow + 16);
       __m512 best = _mm512_permutex2var_ps(r0a, even, r0b);
-      __m512i at = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(2 * oh * w + 2 * ow)), twice_lane);
+      __m512i at = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(2 * oh * w + 2 * ow)), even);
       const __m512i at0 = at;
-      take_tap(_mm512_permutex2var_ps(r0a, odd, r0b), _mm512_add_epi32(at0, _mm512_set1_epi32(1)), best, at);
-      take_tap(_mm512_permutex2var_ps(r1a, even, r1b), _mm512_add_epi32(at0, down), best, at);
-      take_tap(_mm512_permutex2var_ps(r1a, odd, r1b), _mm512_add_epi32(_mm512_add_epi32(at0, down), _mm512_set1_epi32(1)),
-               best, at);
+      const __m512i right = _mm512_add_epi32(at0, _mm512_set1_epi32(1)), below = _mm512_add_epi32(at0, down);
+      take_tap(_mm512_permutex2var_ps(r0a, odd, r0b), right, best, at);
+      take_tap(_mm512_permutex2var_ps(r1a, even, r1b), below, best, at);
+      take_tap(_mm512_permutex2var_ps(r1a, odd, r1b), _mm512_add_epi32(below, _mm512_set1_epi32(1)), best, at);
       const __mmask16 out = static_cast<__mmask16>((1u << n) - 1u);
       _mm512_mask_storeu_ps(dst + oh * wo + ow, out, best);
-      _mm512_mask_storeu_epi64(idx + oh * wo + ow, static_cast<__mmask8>(out), _mm512_cvtepi32_epi64(_mm512_castsi512_si256(at)));
+      _mm512_mask_storeu_epi64(idx + oh * wo + ow, static_cast<__mmask8>(out),
+                               _mm512_cvtepi32_epi64(_mm512_castsi512_si256(at)));
       _mm512_mask_storeu_epi64(idx + oh * wo + ow + 8, static_cast<__mmask8>(out >> 8),
                                _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(at, 1)));
     }
@@ -80,7 +79,7 @@ __attribute__((target("avx512f"))) void max_pool_2x2_avx512(const float* src, in
 #pragma GCC diagnostic pop
 #else
 bool has_avx512() { return false; }
-void max_pool_2x2_avx512(const float*, int64_t, int64_t, int64_t, int64_t, float*, int64_t*) {}
+void max_pool_2x2_avx512(const float*, int64_t, int64_t, int64_t, float*, int64_t*) {}
 #endif
 
 }  // namespace
@@ -149,7 +148,7 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
       if (two_by_two) {
         if constexpr (std::is_same_v<T, float>) {
           if (has_avx512() && p.in_plane() < (int64_t{1} << 31)) {
-            max_pool_2x2_avx512(src, p.h, p.w, p.ho, p.wo, dst, idx);
+            max_pool_2x2_avx512(src, p.w, p.ho, p.wo, dst, idx);
             continue;
           }
         }
