@@ -20,6 +20,7 @@
 
 #include <mixtape/core/convert.h>
 #include <mixtape/core/error.h>
+#include <mixtape/ops/cpu/cpu_features.h>
 #include <mixtape/ops/cpu/transpose16.h>
 #include <mixtape/ops/ops.h>
 
@@ -482,11 +483,7 @@ thread_local Floats t_filters, t_filter_grads;
 
 bool winograd_supported() {
 #if defined(MT_WINOGRAD_X86)
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
-  }();
-  return has;
+  return has_avx512f();
 #else
   return false;
 #endif

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include <mixtape/core/random.h>
+#include <mixtape/ops/cpu/cpu_features.h>
 #include <mixtape/ops/cpu/loops.h>
 
 namespace mixtape::kernels::cpu {
@@ -29,12 +30,6 @@ void keep_scalar(uint64_t seed, uint64_t first, int64_t count, uint32_t threshol
     philox4x32_10(seed, 0, first + static_cast<uint64_t>(i), words);
     m[i] = (words[0] >> 8) >= threshold;
   }
-}
-
-bool has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
-  return has;
 }
 
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_epi32() as the unused merge source, which -Wmaybe-uninitialized
@@ -87,7 +82,7 @@ Tensor dropout_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset
   bool* m = mask.data<bool>();
   const int64_t n = mask.numel();
   const uint32_t threshold = keep_threshold(p);
-  const auto keep = has_avx512() ? keep_avx512 : keep_scalar;
+  const auto keep = has_avx512bw_vl() ? keep_avx512 : keep_scalar;
   constexpr int64_t kGrain = 1 << 14;
   const int64_t ranges = (n + kGrain - 1) / kGrain;
   // Element i depends on (seed, offset + i) only, never on the thread count, the range or the device.

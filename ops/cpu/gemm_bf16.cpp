@@ -17,6 +17,7 @@
 #include <omp.h>
 
 #include <mixtape/core/error.h>
+#include <mixtape/ops/cpu/cpu_features.h>
 #include <mixtape/ops/cpu/transpose16.h>
 
 #if defined(__x86_64__)
@@ -229,12 +230,7 @@ void gemm_bf16_checked(int64_t m, int64_t n, int64_t k, Bf16Matrix a, Bf16Matrix
 
 bool gemm_bf16_supported() {
 #if defined(MT_GEMM_BF16_X86)
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-  }();
-  return has;
+  return has_avx512_bf16();
 #else
   return false;
 #endif

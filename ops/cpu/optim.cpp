@@ -22,6 +22,7 @@
 #include <mixtape/core/convert.h>
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/ops/backend/optim_math.h>
+#include <mixtape/ops/cpu/cpu_features.h>
 #include <mixtape/ops/cpu/loops.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -149,11 +150,6 @@ MT_FORCE_INLINE X* at(char* base, int64_t stride, int64_t i) {
 // the same as FastConvert's (tests/test_optim.cpp converts every pattern through both paths).
 
 #if defined(MT_OPTIM_F16C)
-bool has_f16c() {
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-  return has;
-}
-
 __attribute__((target("avx,f16c"))) void widen_f16c(const Half* in, float* out, int64_t n) {
   int64_t j = 0;
   for (; j + 8 <= n; j += 8)
@@ -287,11 +283,6 @@ void adam_run(const std::array<char*, kSlots>& p, const std::array<int64_t, kSlo
 }
 
 #if defined(MT_OPTIM_F16C)
-bool has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
-
 // GCC 12's AVX-512 intrinsics start some results from an undefined register, which -Wmaybe-uninitialized reports
 // once inlined (GCC bug 105593, fixed in 13).
 #pragma GCC diagnostic push
@@ -335,7 +326,7 @@ void adam_run_f32(const std::array<char*, kSlots>& p, const std::array<int64_t, 
   int64_t done = 0;
 #if defined(MT_OPTIM_F16C)
   if constexpr (!kAmsgrad) {
-    if (has_avx512())
+    if (has_avx512f())
       done = adam_f32_avx512(reinterpret_cast<float*>(p[kParam]), reinterpret_cast<const float*>(p[kGrad]),
                              reinterpret_cast<float*>(p[kState0]), reinterpret_cast<float*>(p[kState1]), n, c);
   }

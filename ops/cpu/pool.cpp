@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include <mixtape/ops/cpu/cpu_features.h>
 #include <mixtape/ops/cpu/loops.h>
 #include <mixtape/ops/cpu/window.h>
 
@@ -30,11 +31,6 @@ namespace {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-bool has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
-
 /// The windows where tap v (at positions pos) is greater than the best so far, or is the first NaN, take it.
 __attribute__((target("avx512f"))) inline void take_tap(__m512 v, __m512i pos, __m512& best, __m512i& at) {
   const __mmask16 wins = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
@@ -78,7 +74,6 @@ __attribute__((target("avx512f"))) void max_pool_2x2_avx512(const float* src, in
 }
 #pragma GCC diagnostic pop
 #else
-bool has_avx512() { return false; }
 void max_pool_2x2_avx512(const float*, int64_t, int64_t, int64_t, float*, int64_t*) {}
 #endif
 
@@ -147,7 +142,7 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
       int64_t* idx = ip + nc * p.out_plane();
       if (two_by_two) {
         if constexpr (std::is_same_v<T, float>) {
-          if (has_avx512() && p.in_plane() < (int64_t{1} << 31)) {
+          if (has_avx512f() && p.in_plane() < (int64_t{1} << 31)) {
             max_pool_2x2_avx512(src, p.w, p.ho, p.wo, dst, idx);
             continue;
           }

@@ -1,0 +1,46 @@
+// ops/cpu/cpu_features.h — what the CPU this process runs on can do, asked once (internal).
+//
+// The CPU kernels with an AVX-512 path compile it with a target attribute and choose it at run time, so one binary
+// serves every x86-64 CPU; these are the questions they ask. Each answer is computed on first use and kept.
+#pragma once
+
+namespace mixtape::kernels::cpu {
+
+#if defined(__x86_64__)
+/// AVX with F16C: eight f16 <-> f32 conversions an instruction (Ivy Bridge, every Zen).
+inline bool has_f16c() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  }();
+  return has;
+}
+
+/// AVX-512 Foundation: 512-bit float lanes and masks (Skylake-SP, Zen 4 and later).
+inline bool has_avx512f() {
+  static const bool has = [] {
+    __builtin_cpu_init();  // the answer may be asked for before the runtime's own initialisation has run
+    return __builtin_cpu_supports("avx512f");
+  }();
+  return has;
+}
+
+/// AVX-512F with byte/word (BW) and 128/256-bit (VL) forms: the 16-bit integer lanes of bf16/f16 bit work.
+inline bool has_avx512bw_vl() {
+  static const bool has = has_avx512f() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return has;
+}
+
+/// AVX512-BF16 as well (vdpbf16ps: bf16 products summed in f32; Cooper Lake, Zen 4 and later).
+inline bool has_avx512_bf16() {
+  static const bool has = has_avx512bw_vl() && __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+#else
+inline bool has_f16c() { return false; }
+inline bool has_avx512f() { return false; }
+inline bool has_avx512bw_vl() { return false; }
+inline bool has_avx512_bf16() { return false; }
+#endif
+
+}  // namespace mixtape::kernels::cpu
