@@ -265,7 +265,8 @@ BOOST_AUTO_TEST_CASE(winograd_matches_float64_and_im2col, MT_CPU_TEST) {
         const Tensor x = rounded(c.x, 61), w = rounded({c.c_out, c.x[1], 3, 3}, 62);
         const Tensor b = c.bias ? rounded({c.c_out}, 63) : Tensor();
         const mt::Conv2dOptions o = conv_options(1, c.padding, 1);
-        BOOST_TEST(mt::kernels::cpu::use_winograd(dt, c.x, c.c_out, {{3, 3}, {1, 1}, {c.padding, c.padding}, {1, 1}}));
+        const mt::kernels::Window2d window{{3, 3}, {1, 1}, {c.padding, c.padding}, {1, 1}};
+        BOOST_TEST(mt::kernels::cpu::use_winograd(dt, c.x, c.c_out, window).has_value());
         const Shape y_shape{c.x[0], c.c_out, c.x[2] + 2 * c.padding - 2, c.x[3] + 2 * c.padding - 2};
         const Tensor dy = rounded(y_shape, 64);
         const ConvResult want = conv_and_grads(x, w, b, dy, o);  // f64: im2col + GEMM
@@ -390,27 +391,27 @@ BOOST_AUTO_TEST_CASE(winograd_covers_only_its_windows, MT_CPU_TEST) {
   namespace cpu = mt::kernels::cpu;
   const Shape x{8, 32, 26, 26};
   const mt::kernels::Window2d k3{{3, 3}, {1, 1}, {0, 0}, {1, 1}};
-  BOOST_TEST(cpu::use_winograd(mt::kF32, x, 64, k3) == cpu::winograd_supported());
-  BOOST_TEST(cpu::use_winograd(mt::kF16, x, 64, k3) == cpu::winograd_supported());
-  BOOST_TEST(cpu::use_winograd(mt::kBF16, x, 64, k3) == cpu::winograd_supported());
-  BOOST_TEST(!cpu::use_winograd(mt::kF64, x, 64, k3));  // f64 stays a direct sum
-  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {2, 2}, {0, 0}, {1, 1}}));  // stride 2
-  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {0, 0}, {2, 2}}));  // dilation 2
-  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{5, 5}, {1, 1}, {0, 0}, {1, 1}}));  // 5x5
-  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {3, 3}, {1, 1}}));  // padding 3
-  BOOST_TEST(!cpu::use_winograd(mt::kF32, {8, 0, 26, 26}, 64, k3));                    // no input channel
+  BOOST_TEST(cpu::use_winograd(mt::kF32, x, 64, k3).has_value() == cpu::winograd_supported());
+  BOOST_TEST(cpu::use_winograd(mt::kF16, x, 64, k3).has_value() == cpu::winograd_supported());
+  BOOST_TEST(cpu::use_winograd(mt::kBF16, x, 64, k3).has_value() == cpu::winograd_supported());
+  BOOST_TEST(!cpu::use_winograd(mt::kF64, x, 64, k3).has_value());  // f64 stays a direct sum
+  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {2, 2}, {0, 0}, {1, 1}}).has_value());  // stride 2
+  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {0, 0}, {2, 2}}).has_value());  // dilation 2
+  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{5, 5}, {1, 1}, {0, 0}, {1, 1}}).has_value());  // 5x5
+  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {3, 3}, {1, 1}}).has_value());  // padding 3
+  BOOST_TEST(!cpu::use_winograd(mt::kF32, {8, 0, 26, 26}, 64, k3).has_value());                    // no input channel
   // One input channel (the MNIST net's first conv): measured on the 2-core VM, batch 128, its forward by Winograd
   // takes 1.6 ms against im2col + sgemm's 3.8-4.2 ms, its weight gradient 2.0 against 1.2-2.3 ms.
-  BOOST_TEST(cpu::use_winograd(mt::kF32, {8, 1, 28, 28}, 32, k3) == cpu::winograd_supported());
+  BOOST_TEST(cpu::use_winograd(mt::kF32, {8, 1, 28, 28}, 32, k3).has_value() == cpu::winograd_supported());
   {
     const cpu::ForceConvPath gemm(cpu::ConvPath::kGemm);
-    BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, k3));
+    BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, k3).has_value());
   }
-  BOOST_TEST(cpu::use_winograd(mt::kF32, x, 64, k3) == cpu::winograd_supported());
+  BOOST_TEST(cpu::use_winograd(mt::kF32, x, 64, k3).has_value() == cpu::winograd_supported());
   // The public switch: direct sums, bit for bit im2col + GEMM's.
   BOOST_TEST(mt::allow_winograd());
   mt::set_allow_winograd(false);
-  const bool used = cpu::use_winograd(mt::kF32, x, 64, k3);
+  const bool used = cpu::use_winograd(mt::kF32, x, 64, k3).has_value();
   const Tensor xs = randn_seeded({2, 8, 9, 9}, mt::kF32, 75), ws = randn_seeded({4, 8, 3, 3}, mt::kF32, 76);
   const Tensor direct = mt::conv2d(xs, ws);
   mt::set_allow_winograd(true);
@@ -471,7 +472,8 @@ BOOST_AUTO_TEST_CASE(col2im_matches_cpu_and_is_deterministic, MT_GPU_TEST) {
       // Columns as the transpose of an (N, L, C·kH·kW) tensor.
       const Tensor cols_base = randn_seeded({c.input[0], L, rows}, dt, 22);
       expect_close(kn::col2im(mt::raw::transpose(gpu(cols_base), 1, 2), c.input, c.w),
-                  kn::col2im(mt::raw::transpose(cols_base, 1, 2), c.input, c.w), tolerance(dt), label("col2im", c, dt, "transposed"));
+                   kn::col2im(mt::raw::transpose(cols_base, 1, 2), c.input, c.w), tolerance(dt),
+                   label("col2im", c, dt, "transposed"));
     }
 }
 
@@ -485,7 +487,8 @@ BOOST_AUTO_TEST_CASE(im2col_col2im_mnist_shapes, MT_GPU_TEST) {
       const Tensor cols = kn::im2col(x, c.w);
       const Tensor cols_gpu = kn::im2col(gpu(x), c.w);
       expect_close(cols_gpu, cols, tolerance(dt), label("im2col", c, dt));
-      expect_close(kn::col2im(cols_gpu, c.input, c.w), kn::col2im(cols, c.input, c.w), tolerance(dt), label("col2im", c, dt));
+      expect_close(kn::col2im(cols_gpu, c.input, c.w), kn::col2im(cols, c.input, c.w), tolerance(dt),
+                   label("col2im", c, dt));
     }
 }
 

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -37,10 +38,6 @@ int64_t chunk_samples(const Shape& x_shape, DType dtype, const Window2d& w) {
   return std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(x_shape[0], 1));
 }
 
-WinogradShape winograd_shape(const Shape& x_shape, int64_t c_out, const Window2d& w) {
-  return {x_shape[0], x_shape[1], x_shape[2], x_shape[3], c_out, w.padding[0], w.padding[1]};
-}
-
 /// f(tag) with tag's ::type the element type of `dtype`: f32, f16 or bf16 (what the Winograd path takes).
 template <class F>
 void dispatch_winograd(DType dtype, F&& f) {
@@ -55,46 +52,46 @@ void dispatch_winograd(DType dtype, F&& f) {
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Window2d& w) {
-  if (!use_winograd(x_in.dtype(), x_in.shape(), weight_in.size(0), w))
-    return conv2d_gemm(x_in, weight_in, bias_in, w, chunk_samples(x_in.shape(), x_in.dtype(), w));
+  const std::optional<WinogradShape> s = use_winograd(x_in.dtype(), x_in.shape(), weight_in.size(0), w);
+  if (!s) return conv2d_gemm(x_in, weight_in, bias_in, w, chunk_samples(x_in.shape(), x_in.dtype(), w));
   const Tensor x = raw::contiguous(x_in), weight = raw::contiguous(weight_in);
   const Tensor bias = bias_in.defined() ? raw::contiguous(bias_in) : Tensor();
-  const WinogradShape s = winograd_shape(x.shape(), weight.size(0), w);
-  Tensor y = empty({s.n, s.c_out, s.ho(), s.wo()}, x.dtype());  // (N, C_out, H_out, W_out)
+  Tensor y = empty({s->n, s->c_out, s->ho(), s->wo()}, x.dtype());  // (N, C_out, H_out, W_out)
   if (y.numel() == 0) return y;
   dispatch_winograd(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    winograd_conv2d<T>(s, x.data<T>(), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr, y.data<T>());
+    winograd_conv2d<T>(*s, x.data<T>(), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr, y.data<T>());
   });
   return y;
 }
 
 Tensor conv2d_backward_input(const Tensor& dy_in, const Tensor& weight_in, const Shape& input_shape,
                              const Window2d& w) {
-  if (!use_winograd(dy_in.dtype(), input_shape, weight_in.size(0), w))
+  const std::optional<WinogradShape> s = use_winograd(dy_in.dtype(), input_shape, weight_in.size(0), w);
+  if (!s)
     return conv2d_gemm_backward_input(dy_in, weight_in, input_shape, w, chunk_samples(input_shape, dy_in.dtype(), w));
   const Tensor dy = raw::contiguous(dy_in), weight = raw::contiguous(weight_in);
   Tensor dx = empty(input_shape, dy.dtype());  // (N, C_in, H, W)
   if (dx.numel() == 0) return dx;
   dispatch_winograd(dy.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    winograd_conv2d_backward_input<T>(winograd_shape(input_shape, weight.size(0), w), dy.data<T>(), weight.data<T>(),
-                                      dx.data<T>());
+    winograd_conv2d_backward_input<T>(*s, dy.data<T>(), weight.data<T>(), dx.data<T>());
   });
   return dx;
 }
 
 Conv2dWeightGrads conv2d_backward_weight(const Tensor& dy_in, const Tensor& x_in, const Window2d& w, bool bias) {
   const int64_t c_out = dy_in.size(1);
-  if (!use_winograd(x_in.dtype(), x_in.shape(), c_out, w))
+  const std::optional<WinogradShape> s = use_winograd(x_in.dtype(), x_in.shape(), c_out, w);
+  if (!s)
     return conv2d_gemm_backward_weight(dy_in, x_in, w, bias, chunk_samples(x_in.shape(), x_in.dtype(), w));
   const Tensor dy = raw::contiguous(dy_in), x = raw::contiguous(x_in);
   Conv2dWeightGrads grads{empty({c_out, x.size(1), 3, 3}, dy.dtype()),  // (C_out, C_in, 3, 3)
                           bias ? empty({c_out}, dy.dtype()) : Tensor()};
   dispatch_winograd(dy.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    winograd_conv2d_backward_weight<T>(winograd_shape(x.shape(), c_out, w), dy.data<T>(), x.data<T>(),
-                                       grads.dweight.data<T>(), bias ? grads.dbias.data<T>() : nullptr);
+    winograd_conv2d_backward_weight<T>(*s, dy.data<T>(), x.data<T>(), grads.dweight.data<T>(),
+                                       bias ? grads.dbias.data<T>() : nullptr);
   });
   return grads;
 }

@@ -557,22 +557,24 @@ void winograd_conv2d_backward_weight(const WinogradShape& s, const T* dy, const 
 #endif
 }
 
-bool use_winograd(DType dtype, const Shape& x_shape, int64_t c_out, const Window2d& w) {
+std::optional<WinogradShape> use_winograd(DType dtype, const Shape& x_shape, int64_t c_out, const Window2d& w) {
   const ConvPath path = g_path.load();
   const bool computed_in_f32 = dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
-  if (path == ConvPath::kGemm || !computed_in_f32 || !winograd_supported()) return false;
+  if (path == ConvPath::kGemm || !computed_in_f32 || !winograd_supported()) return std::nullopt;
   const bool covered = w.kernel[0] == 3 && w.kernel[1] == 3 && w.stride[0] == 1 && w.stride[1] == 1 &&
                        w.dilation[0] == 1 && w.dilation[1] == 1 && w.padding[0] >= 0 && w.padding[0] <= 2 &&
                        w.padding[1] >= 0 && w.padding[1] <= 2;
-  if (!covered || x_shape.size() != 4) return false;
+  if (!covered || x_shape.size() != 4) return std::nullopt;
   const WinogradShape s{x_shape[0], x_shape[1], x_shape[2], x_shape[3], c_out, w.padding[0], w.padding[1]};
-  if (s.ho() < 1 || s.wo() < 1 || s.c_in < 1 || s.c_out < 1) return false;  // empty channels: nothing to transform
-  if (path == ConvPath::kWinograd) return true;
-  if (!g_allow.load()) return false;
+  if (s.ho() < 1 || s.wo() < 1 || s.c_in < 1 || s.c_out < 1) return std::nullopt;  // empty channels: nothing to do
+  if (path == ConvPath::kWinograd) return s;
+  if (!g_allow.load()) return std::nullopt;
   // Both directions' scratch (the input gradient's convolution swaps the channels and grows the image by 2).
   const WinogradShape back{s.n, s.c_out, s.ho(), s.wo(), s.c_in, 2 - s.pad_h, 2 - s.pad_w};
-  return std::max(image_scratch_bytes(plan_of(s, true)),
-                  image_scratch_bytes(plan_of(back, false))) <= kMaxImageScratchBytes;
+  if (std::max(image_scratch_bytes(plan_of(s, true)), image_scratch_bytes(plan_of(back, false))) >
+      kMaxImageScratchBytes)
+    return std::nullopt;
+  return s;
 }
 
 #define MT_WINOGRAD_INSTANTIATE(T)                                                                            \

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include <mixtape/core/half.h>
 #include <mixtape/ops/backend/kernels.h>
@@ -64,9 +65,9 @@ enum class ConvPath {
   kGemm,      // im2col + GEMM always: the path of every other CPU and window
 };
 
-/// Whether the CPU's conv2d takes the Winograd path for input of this dtype and shape (N, C_in, H, W), C_out outputs
-/// and this window.
-bool use_winograd(DType dtype, const Shape& x_shape, int64_t c_out, const Window2d& w);
+/// The Winograd shape of the CPU's conv2d for input of this dtype and shape (N, C_in, H, W), C_out outputs and this
+/// window when it takes the Winograd path; nullopt when it takes im2col + GEMM.
+std::optional<WinogradShape> use_winograd(DType dtype, const Shape& x_shape, int64_t c_out, const Window2d& w);
 
 /// Forces the CPU's conv2d path while alive, so tests and benchmarks can run both on one machine. Process-wide:
 /// not for use while other threads convolve.
