@@ -7,6 +7,7 @@
 // f16/bf16 products accumulate in f32, and a result that is summed further (the bias add, the batch sum of dW,
 // overlapping windows in dX) stays in f32 until its one rounding.
 #include <mixtape/autograd/function.h>
+#include <mixtape/ops/backend/conv_gemm.h>
 #include <mixtape/ops/check.h>
 #include <mixtape/ops/common.h>
 #include <mixtape/ops/ops.h>
@@ -82,9 +83,7 @@ struct Conv2d {
       dweight = std::move(grads.dweight);
       dbias = std::move(grads.dbias);
     } else if (ctx.needs_input_grad(2)) {
-      const Tensor g = raw::reshape(dy, {dy.size(0), dy.size(1), dy.size(2) * dy.size(3)});  // (N, C_out, L)
-      const int64_t dims[2] = {0, 2};
-      dbias = kernels::reduce(kernels::ReduceOp::kSum, g, dims, false, dy.dtype());  // (C_out), summed in acc
+      dbias = kernels::conv2d_bias_grad(dy);  // (C_out), the weight frozen
     }
     return {dx, dweight, dbias};
   }

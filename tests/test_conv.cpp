@@ -387,6 +387,27 @@ BOOST_AUTO_TEST_CASE(empty_batches_and_channels_give_empty_or_zero_results, MT_C
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_frozen_weight_still_gives_the_input_and_bias_gradients, MT_CPU_TEST) {
+  // Only x and the bias require gradients: dx is the same kernel's as with the weight trained, and dbias is dy summed
+  // over (N, H, W) by its own reduce (no weight gradient computed to carry it).
+  const Tensor x0 = randn_seeded({3, 8, 10, 10}, mt::kF32, 101), w = randn_seeded({6, 8, 3, 3}, mt::kF32, 102);
+  const Tensor b0 = randn_seeded({6}, mt::kF32, 103), r = randn_seeded({3, 6, 10, 10}, mt::kF32, 104);
+  auto grads = [&](bool weight_trained) {
+    const Tensor x = x0.detach().requires_grad_(), b = b0.detach().requires_grad_();
+    const Tensor wt = weight_trained ? w.detach().requires_grad_() : w;
+    mt::sum(mt::mul(mt::conv2d(x, wt, b, conv_options(1, 1, 1)), r)).backward();  // dy = r
+    BOOST_TEST(wt.grad().defined() == weight_trained);
+    return std::pair{x.grad(), b.grad()};
+  };
+  const auto [dx_frozen, db_frozen] = grads(false);
+  const auto [dx_trained, db_trained] = grads(true);
+  expect_close(dx_frozen, dx_trained, kExact, "dx with the weight frozen");
+  // dbias[c] = Σ r[:, c, :, :], 300 terms of N(0, 1) summed in f32: far inside 1e-5.
+  const Tensor want = mt::sum(r.to(mt::kF64), std::vector<int64_t>{0, 2, 3});
+  expect_close(db_frozen.to(mt::kF64), want, {1e-5, 1e-5}, "dbias with the weight frozen");
+  expect_close(db_trained.to(mt::kF64), want, {1e-5, 1e-5}, "dbias with the weight trained");
+}
+
 BOOST_AUTO_TEST_CASE(winograd_covers_only_its_windows, MT_CPU_TEST) {
   namespace cpu = mt::kernels::cpu;
   const Shape x{8, 32, 26, 26};

@@ -77,11 +77,14 @@ Conv2dWeightGrads conv2d_gemm_backward_weight(const Tensor& dy, const Tensor& x,
       dweight = std::move(share);
   });
   Conv2dWeightGrads grads{raw::reshape(raw::to(dweight, dtype), {c_out, x.size(1), w.kernel[0], w.kernel[1]}), {}};
-  if (bias) {
-    const int64_t dims[2] = {0, 2};
-    grads.dbias = kernels::reduce(ReduceOp::kSum, g, dims, false, dtype);  // (C_out), summed in acc
-  }
+  if (bias) grads.dbias = conv2d_bias_grad(dy);
   return grads;
+}
+
+Tensor conv2d_bias_grad(const Tensor& dy) {
+  const Tensor g = raw::reshape(dy, {dy.size(0), dy.size(1), dy.size(2) * dy.size(3)});  // (N, C_out, L)
+  const int64_t dims[2] = {0, 2};
+  return kernels::reduce(ReduceOp::kSum, g, dims, false, dy.dtype());  // (C_out), summed in acc
 }
 
 }  // namespace mixtape::kernels

@@ -11,7 +11,8 @@
 // Like matmul, f16/bf16 products accumulate in f32, and a result that is summed further (the bias add, the batch sum
 // of dW, col2im's overlapping windows) stays in f32 until its one rounding.
 //
-// Internal: the CPU and CUDA backends call these; the op (ops/conv.cpp) calls the table's conv2d kernels.
+// Internal: the CPU and CUDA backends call these; the op (ops/conv.cpp) calls the table's conv2d kernels, and
+// conv2d_bias_grad when only the bias needs a gradient.
 #pragma once
 
 #include <cstdint>
@@ -32,5 +33,9 @@ Tensor conv2d_gemm_backward_input(const Tensor& dy, const Tensor& weight, const 
 /// `bias`, dbias (C_out) = dy summed over (N, H_out, W_out).
 Conv2dWeightGrads conv2d_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Window2d& w, bool bias,
                                               int64_t chunk);
+
+/// dbias (C_out) in dy's dtype = dy (N, C_out, H_out, W_out) summed over (N, H_out, W_out) in acc_dtype: one reduce
+/// kernel (the bias gradient of any convolution, whatever computed its weight gradient).
+Tensor conv2d_bias_grad(const Tensor& dy);
 
 }  // namespace mixtape::kernels
