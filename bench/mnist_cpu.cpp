@@ -32,6 +32,7 @@
 //   bench_mnist_cpu                                  # both models, fp32 and bf16, full epochs
 //   bench_mnist_cpu --models mlp --max-steps 100     # quicker: times scaled to a full epoch
 //   bench_mnist_cpu --models cnn --repeat 5          # five alternating runs of each side, medians
+//   bench_mnist_cpu --models cnn --epochs 2 --seed 1 # both sides' accuracy after two epochs from seed 1's weights
 #include <omp.h>
 #include <unistd.h>
 
@@ -74,7 +75,6 @@ const std::map<std::string, std::string> kBlasDirs = {
     {"openblas-pthread", "/usr/lib/x86_64-linux-gnu/openblas-pthread"},
     {"openblas-openmp", "/usr/lib/x86_64-linux-gnu/openblas-openmp"},
 };
-constexpr uint64_t kSeed = 0;
 
 struct Options {
   std::vector<std::string> models = {"mlp", "cnn"};
@@ -84,13 +84,15 @@ struct Options {
   double epoch_fraction = 1.0;
   int64_t max_steps = 0;  // 0: no bound
   int repeat = 1;         // runs of each side, alternating; medians reported
+  int epochs = 1;         // epochs per run: times per epoch, accuracy after the last
+  uint64_t seed = 0;      // the initial weights' seed and both sides' shuffling seed
   std::string libtorch_blas = "auto";  // auto: Debian's alternatives; else the directory of kBlasDirs to put first
 };
 
-/// One training epoch (or its first `steps` steps) on one side.
+/// One training run of --epochs epochs (or the first `steps` steps of each) on one side.
 struct Run {
-  double seconds = 0;  // training loop only
-  int64_t steps = 0;
+  double seconds = 0;  // training loop only, all epochs
+  int64_t steps = 0;   // all epochs
   double accuracy = 0;  // test set, after the steps
   std::string blas;     // the LibTorch child's BLAS libraries
 };
@@ -126,25 +128,30 @@ double evaluate(mnist::Model& model, const mt::data::MNIST& test, std::optional<
 }
 
 Run train_mixtape(const std::string& name, const fs::path& weights, const std::string& precision,
-                  const mt::data::MNIST& train, const mt::data::MNIST& test, int64_t steps) {
+                  const mt::data::MNIST& train, const mt::data::MNIST& test, int64_t steps, int epochs,
+                  uint64_t seed) {
   std::unique_ptr<mnist::Model> model = mnist::make_model(name);
   model->load_state_dict(mt::data::load_safetensors(weights.string()).tensors);  // the bytes the child reads
   mt::optim::AdamW optimizer(model->parameters(), {.lr = 1e-3});
   const std::optional<mt::DType> autocast = autocast_dtype(precision);
   Run run;
   const auto start = Clock::now();
-  mt::data::DataLoader loader(train, {.batch_size = kBatch, .shuffle = true, .drop_last = true, .seed = kSeed});
-  for (auto& [x, y] : loader) {
-    if (run.steps == steps) break;
-    optimizer.zero_grad();
-    mt::Tensor loss;
-    {
-      mt::amp::Autocast ac(autocast.value_or(mt::kBF16), autocast.has_value());
-      loss = mt::cross_entropy(model->forward(x), y);
+  mt::data::DataLoader loader(train, {.batch_size = kBatch, .shuffle = true, .drop_last = true, .seed = seed});
+  for (int epoch = 0; epoch < epochs; ++epoch) {  // each begin() draws the next epoch's permutation
+    int64_t taken = 0;
+    for (auto& [x, y] : loader) {
+      if (taken == steps) break;
+      optimizer.zero_grad();
+      mt::Tensor loss;
+      {
+        mt::amp::Autocast ac(autocast.value_or(mt::kBF16), autocast.has_value());
+        loss = mt::cross_entropy(model->forward(x), y);
+      }
+      loss.backward();
+      optimizer.step();
+      ++taken;
     }
-    loss.backward();
-    optimizer.step();
-    ++run.steps;
+    run.steps += taken;
   }
   run.seconds = seconds_since(start);
   run.accuracy = evaluate(*model, test, autocast);
@@ -155,11 +162,11 @@ Run train_mixtape(const std::string& name, const fs::path& weights, const std::s
 
 #ifdef MIXTAPE_BENCH_LIBTORCH_PEER
 Run train_libtorch(const std::string& name, const std::string& precision, const fs::path& weights,
-                   const fs::path& data, int threads, int64_t steps) {
+                   const fs::path& data, int threads, int64_t steps, int epochs, uint64_t seed) {
   const std::string out = bench::run_child(
       {MIXTAPE_BENCH_LIBTORCH_PEER, "--model", name, "--precision", precision, "--threads", std::to_string(threads),
        "--weights", weights.string(), "--data", data.string(), "--max-steps", std::to_string(steps), "--batch-size",
-       std::to_string(kBatch), "--seed", std::to_string(kSeed)});
+       std::to_string(kBatch), "--seed", std::to_string(seed), "--epochs", std::to_string(epochs)});
   const auto j = nlohmann::json::parse(out);
   return {j.at("seconds").get<double>(), j.at("steps").get<int64_t>(), j.at("accuracy").get<double>(),
           j.value("blas", std::string("unknown"))};
@@ -283,7 +290,8 @@ int run(const Options& opt) {
   const int64_t epoch_steps = train.size() / kBatch;
   int64_t steps = std::max<int64_t>(1, static_cast<int64_t>(opt.epoch_fraction * static_cast<double>(epoch_steps)));
   if (opt.max_steps > 0) steps = std::min(steps, opt.max_steps);
-  const double to_epoch = static_cast<double>(epoch_steps) / static_cast<double>(steps);
+  // A run's seconds cover opt.epochs epochs of `steps` steps: times this is one full epoch's.
+  const double to_epoch = static_cast<double>(epoch_steps) / static_cast<double>(steps * opt.epochs);
 
   TempDir dir;
 #ifdef MIXTAPE_BENCH_LIBTORCH_PEER
@@ -298,13 +306,16 @@ int run(const Options& opt) {
   }
 #endif
 
-  std::printf("bench_mnist_cpu: %s, batch %lld, AdamW lr 1e-3, %d threads, %lld of %lld steps per epoch%s\n",
-              train.name().c_str(), static_cast<long long>(kBatch), opt.threads, static_cast<long long>(steps),
-              static_cast<long long>(epoch_steps), steps < epoch_steps ? " (times scaled to a full epoch)" : "");
+  std::printf("bench_mnist_cpu: %s, batch %lld, AdamW lr 1e-3, %d threads, seed %llu, %d epoch%s of %lld of %lld "
+              "steps%s\n",
+              train.name().c_str(), static_cast<long long>(kBatch), opt.threads,
+              static_cast<unsigned long long>(opt.seed), opt.epochs, opt.epochs == 1 ? "" : "s",
+              static_cast<long long>(steps), static_cast<long long>(epoch_steps),
+              steps < epoch_steps ? " (times scaled to a full epoch)" : "");
   std::fflush(stdout);
   std::vector<Row> rows;
   for (const std::string& name : opt.models) {
-    mt::manual_seed(kSeed);
+    mt::manual_seed(opt.seed);
     std::unique_ptr<mnist::Model> model = mnist::make_model(name);
     const fs::path weights = dir.path / (name + ".safetensors");
     mt::data::save_safetensors(weights.string(), model->state_dict());
@@ -317,11 +328,11 @@ int run(const Options& opt) {
       std::vector<double> mt_seconds, lt_seconds;
       for (int r = 0; r < opt.repeat; ++r) {
         std::fprintf(stderr, "  %s %s, run %d of %d: mixtape...", name.c_str(), precision.c_str(), r + 1, opt.repeat);
-        row.mixtape = train_mixtape(name, weights, precision, train, test, steps);
+        row.mixtape = train_mixtape(name, weights, precision, train, test, steps, opt.epochs, opt.seed);
         mt_seconds.push_back(row.mixtape.seconds);
 #ifdef MIXTAPE_BENCH_LIBTORCH_PEER
         std::fprintf(stderr, " LibTorch...");
-        row.libtorch = train_libtorch(name, precision, weights, data_file, opt.threads, steps);
+        row.libtorch = train_libtorch(name, precision, weights, data_file, opt.threads, steps, opt.epochs, opt.seed);
         lt_seconds.push_back(row.libtorch->seconds);
         row.ratios.push_back(row.mixtape.seconds / row.libtorch->seconds);
 #endif
@@ -389,7 +400,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "reference", "openblas-pthread", "openblas-openmp"}));
   app.add_option("--repeat", opt.repeat, "runs of each side, alternating (the table shows medians)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--max-steps", opt.max_steps, "train at most this many steps (0: no bound)")
+  app.add_option("--epochs", opt.epochs, "epochs per run (times per epoch; the accuracy after the last)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seed", opt.seed, "the initial weights' and the shuffling's seed (each side its own generator)");
+  app.add_option("--max-steps", opt.max_steps, "train at most this many steps per epoch (0: no bound)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {

@@ -1,4 +1,4 @@
-// bench/mnist_cpu_libtorch.cpp — the LibTorch side of bench_mnist_cpu: one epoch of examples/mnist/models.h's MLP or
+// bench/mnist_cpu_libtorch.cpp — the LibTorch side of bench_mnist_cpu: epochs of examples/mnist/models.h's MLP or
 // CNN written with torch::nn, trained as examples/mnist trains them (batch 128, AdamW lr 1e-3, drop_last, bf16 by
 // CPU autocast), on the initial weights and the MNIST bytes that bench_mnist_cpu wrote for it.
 //
@@ -11,7 +11,7 @@
 // builds, whichever the machine's packages chose; LibTorch's f32 GEMMs are that library's).
 //
 //   bench_mnist_cpu_libtorch --model cnn --precision bf16 --threads 2 --weights cnn.safetensors
-//                            --data mnist.safetensors [--max-steps N] [--batch-size 128] [--seed 0]
+//                            --data mnist.safetensors [--max-steps N] [--batch-size 128] [--seed 0] [--epochs 1]
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
@@ -173,6 +173,7 @@ struct Options {
   int64_t max_steps = 0;  // 0: the whole epoch
   int64_t batch_size = 128;
   uint64_t seed = 0;
+  int epochs = 1;
 };
 
 Options parse(int argc, char** argv) {
@@ -189,12 +190,14 @@ Options parse(int argc, char** argv) {
     else if (key == "--max-steps") o.max_steps = std::stoll(value);
     else if (key == "--batch-size") o.batch_size = std::stoll(value);
     else if (key == "--seed") o.seed = std::stoull(value);
+    else if (key == "--epochs") o.epochs = std::stoi(value);
     else throw std::runtime_error("unknown option " + key);
   }
   if (o.model != "mlp" && o.model != "cnn") throw std::runtime_error("--model must be mlp or cnn");
   if (o.precision != "fp32" && o.precision != "bf16") throw std::runtime_error("--precision must be fp32 or bf16");
   if (o.weights.empty() || o.data.empty()) throw std::runtime_error("--weights and --data are required");
-  if (o.threads < 1 || o.batch_size < 1 || o.max_steps < 0) throw std::runtime_error("bad --threads/--batch-size/--max-steps");
+  if (o.threads < 1 || o.batch_size < 1 || o.max_steps < 0 || o.epochs < 1)
+    throw std::runtime_error("bad --threads/--batch-size/--max-steps/--epochs");
   return o;
 }
 
@@ -216,23 +219,25 @@ int run(const Options& o) {
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
   const bool bf16 = o.precision == "bf16";
 
-  // One epoch: a fresh permutation, full batches only (drop_last), timed from the first gather to the last step.
+  // Each epoch: a fresh permutation, full batches only (drop_last); timed from the first gather to the last step.
   const int64_t n = train_x.size(0);
   const int64_t steps = o.max_steps > 0 ? std::min(n / o.batch_size, o.max_steps) : n / o.batch_size;
   model->train();
   const auto start = Clock::now();
-  const torch::Tensor order = torch::randperm(n, torch::kInt64);
-  for (int64_t s = 0; s < steps; ++s) {
-    const torch::Tensor idx = order.slice(0, s * o.batch_size, (s + 1) * o.batch_size);
-    const torch::Tensor x = train_x.index_select(0, idx), y = train_y.index_select(0, idx);
-    optimizer.zero_grad();
-    torch::Tensor loss;
-    {
-      AutocastCpu ac(torch::kBFloat16, bf16);
-      loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    const torch::Tensor order = torch::randperm(n, torch::kInt64);
+    for (int64_t s = 0; s < steps; ++s) {
+      const torch::Tensor idx = order.slice(0, s * o.batch_size, (s + 1) * o.batch_size);
+      const torch::Tensor x = train_x.index_select(0, idx), y = train_y.index_select(0, idx);
+      optimizer.zero_grad();
+      torch::Tensor loss;
+      {
+        AutocastCpu ac(torch::kBFloat16, bf16);
+        loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+      }
+      loss.backward();
+      optimizer.step();
     }
-    loss.backward();
-    optimizer.step();
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
@@ -246,8 +251,8 @@ int run(const Options& o) {
   }
   const nlohmann::json result = {{"blas", loaded_blas()},
                                  {"seconds", seconds},
-                                 {"steps", steps},
-                                 {"samples", steps * o.batch_size},
+                                 {"steps", steps * o.epochs},
+                                 {"samples", steps * o.epochs * o.batch_size},
                                  {"accuracy", static_cast<double>(hits) / static_cast<double>(test_x.size(0))},
                                  {"threads", torch::get_num_threads()}};
   std::printf("%s\n", result.dump().c_str());
