@@ -14,6 +14,7 @@
 #   sass      the GEMM's SASS check (check_gemm_sass) with the cuobjdump the GPU machine has
 #   sanitize  compute-sanitizer memcheck and racecheck on every gpu suite (SAN_TOOLS, SAN_SUITES narrow it)
 #   bench     the GPU benchmarks that exist in the build
+#   mnist     bench/mnist_gpu.py: the MNIST models, mixtape against PyTorch eager (needs data/mnist carried)
 #   profile   Nsight Compute (ncu) on one untimed pass of each benchmark (`--once`): the row kernels'
 #             speed of light, occupancy, launch and warp-stall sections, and the GEMM kernels' (NCU_FILTER,
 #             a regex on kernel names, narrows it); CSV in ncu_*.csv, a digest in the summary
@@ -106,6 +107,15 @@ if has_step bench; then
     note "== $name (rc=$?)"
     tail -${BENCH_TAIL:-70} "$OUT/$name.txt" | tee -a "$SUMMARY"
   done
+fi
+if has_step mnist; then
+  # examples/mnist's models, mixtape against PyTorch eager on this GPU (bench/mnist_gpu.py). The data travels in the
+  # ignored data/mnist (cp ../shared/data/mnist/*.gz data/mnist/ and carry it); MNIST_ARGS narrows the run.
+  t0=$(date +%s)
+  timeout ${MNIST_TIMEOUT:-400} python3 bench/mnist_gpu.py --build "$BUILD" --data "${MIXTAPE_MNIST_DIR:-data/mnist}" \
+    --json "$OUT/mnist_gpu.jsonl" ${MNIST_ARGS:-} >"$OUT/mnist_gpu.txt" 2>&1
+  note "== mnist_gpu (rc=$?, $(( $(date +%s) - t0 )) s)"
+  tail -25 "$OUT/mnist_gpu.txt" | tee -a "$SUMMARY"
 fi
 if has_step profile; then
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

@@ -1,0 +1,187 @@
+// bench/mnist_gpu.cpp — mixtape's side of bench/mnist_gpu.py: examples/mnist's MLP or CNN trained on one device
+// with the whole dataset resident there, timed the way the PyTorch side is timed, answered as one JSON line.
+//
+// What is measured, for one model and precision (fp32; fp16 by autocast and the GradScaler; bf16 by autocast):
+// --epochs epochs of batch --batch-size, AdamW lr 1e-3, drop_last. The training set is normalised once and lives
+// on the device as one (60000, 1, 28, 28) f32 tensor; each epoch draws a permutation on the host (one 480 KB copy
+// to the device per epoch) and each step gathers its batch with index_select on the device, so a step reads
+// nothing from the host but what the training API itself reads (the GradScaler's found-inf flag, under fp16).
+//   step_ms      the steady-state step: the device synchronised after --warmup steps of the first epoch and after
+//                its last step, the steps between averaged (no synchronisation in between)
+//   epoch_s      the mean wall time of an epoch, the first (warm-up) epoch included
+//   peak_mib     the most device memory held by tensors during training, less what the dataset held before it
+//   accuracy     the test set's after the last epoch (batches of 1000 under the same autocast)
+// On the CPU (--device cpu) the same loop runs, for checking the plumbing without a GPU: peak_mib is null there.
+//
+// The one design idea: the two frameworks never share a process and share everything else. With --weights-out this
+// program writes the model's initial state_dict (seeded by --seed) as safetensors before training, and the
+// PyTorch side loads those bytes into the same modules; both read the same IDX files.
+//
+//   bench_mnist_gpu --model cnn --precision fp16 --device cuda --weights-out /tmp/cnn.safetensors
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <mixtape/mixtape.h>
+
+#include "models.h"
+
+namespace {
+
+namespace mt = mixtape;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string model = "mlp";
+  std::string precision = "fp32";
+  std::string device = "cuda";
+  std::string data;
+  std::string weights_out;
+  int epochs = 1;
+  int64_t batch_size = 128;
+  int64_t warmup = 50;
+  int64_t max_steps = 0;  // per epoch; 0: the whole epoch
+  uint64_t seed = 0;
+};
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void sync(mt::Device device) {
+  if (device.is_cuda()) mt::cuda::synchronize();
+}
+
+/// A split's images, normalised as examples/mnist's DataLoader does, and labels, as tensors on `device`.
+std::pair<mt::Tensor, mt::Tensor> resident(const mt::data::MNIST& split, mt::Device device) {
+  mt::data::DataLoader all(split, {.batch_size = split.size(), .prefetch = false, .device = device});
+  mt::data::Batch batch = *all.begin();
+  return {batch.x, batch.y};
+}
+
+int run(const Options& opt) {
+  const mt::Device device = opt.device == "cuda" ? mt::Device::cuda() : mt::Device::cpu();
+  MT_CHECK(!device.is_cuda() || mt::cuda::is_available(), "--device cuda: ", mt::cuda::unavailable_reason());
+  const mt::data::DatasetLocation location = mt::data::find_mnist(opt.data);
+  const mt::data::MNIST train(location, mt::data::Split::kTrain), test(location, mt::data::Split::kTest);
+
+  mt::manual_seed(opt.seed);
+  std::unique_ptr<mnist::Model> model = mnist::make_model(opt.model);
+  if (!opt.weights_out.empty()) mt::data::save_safetensors(opt.weights_out, model->state_dict());
+  const auto [train_x, train_y] = resident(train, device);
+  const auto [test_x, test_y] = resident(test, device);
+  sync(device);
+  const int64_t baseline = mt::cuda::memory_stats().allocated_bytes;  // the dataset's (0 on the CPU)
+  mt::cuda::reset_peak_memory_stats();
+
+  model->to(device);
+  mt::optim::AdamW optimizer(model->parameters(), {.lr = 1e-3});
+  const bool fp16 = opt.precision == "fp16", bf16 = opt.precision == "bf16";
+  mt::amp::GradScaler scaler({.enabled = fp16});
+  const int64_t n = train.size(), epoch_steps = n / opt.batch_size;
+  const int64_t steps = opt.max_steps > 0 ? std::min(epoch_steps, opt.max_steps) : epoch_steps;
+  const int64_t warmup = std::min(opt.warmup, steps - 1);
+  MT_CHECK(steps >= 2, "bench_mnist_gpu: an epoch of ", steps, " step(s) has no steady state to time");
+
+  std::mt19937_64 rng(opt.seed);
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  double train_seconds = 0, steady_seconds = 0;
+  int64_t skipped = 0;
+  mt::Tensor loss;
+  for (int epoch = 0; epoch < opt.epochs; ++epoch) {
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::shuffle(order.begin(), order.end(), rng);
+    const auto epoch_start = Clock::now();
+    const mt::Tensor perm = mt::from_vector(order, {n}).to(device);  // (N) i64, the epoch's one upload
+    Clock::time_point steady_start;
+    for (int64_t s = 0; s < steps; ++s) {
+      if (epoch == 0 && s == warmup) {
+        sync(device);
+        steady_start = Clock::now();
+      }
+      const mt::Tensor idx = perm.slice(0, s * opt.batch_size, (s + 1) * opt.batch_size);
+      const mt::Tensor x = mt::index_select(train_x, 0, idx), y = mt::index_select(train_y, 0, idx);
+      optimizer.zero_grad();
+      {
+        mt::amp::Autocast ac(bf16 ? mt::kBF16 : mt::kF16, fp16 || bf16);
+        loss = mt::cross_entropy(model->forward(x), y);
+      }
+      if (fp16) {
+        scaler.scale(loss).backward();
+        if (!scaler.step(optimizer)) ++skipped;
+        scaler.update();
+      } else {
+        loss.backward();
+        optimizer.step();
+      }
+    }
+    sync(device);
+    if (epoch == 0) steady_seconds = seconds_since(steady_start);
+    train_seconds += seconds_since(epoch_start);
+  }
+  const mt::cuda::MemoryStats memory = mt::cuda::memory_stats();
+
+  model->eval();
+  mt::autograd::NoGradGuard no_grad;
+  mt::Tensor hits = mt::zeros({}, device);
+  for (int64_t i = 0; i < test.size(); i += 1000) {
+    const int64_t e = std::min(test.size(), i + 1000);
+    mt::amp::Autocast ac(bf16 ? mt::kBF16 : mt::kF16, fp16 || bf16);
+    const mt::Tensor logits = model->forward(test_x.slice(0, i, e));
+    hits = hits + mt::sum(mt::eq(mt::argmax(logits, 1), test_y.slice(0, i, e)).to(mt::kF32));
+  }
+  const double steady_steps = static_cast<double>(steps - warmup);
+  nlohmann::json result = {
+      {"framework", "mixtape"},
+      {"model", opt.model},
+      {"precision", opt.precision},
+      {"device", device.is_cuda() ? mt::cuda::device_properties(0).name : "cpu"},
+      {"steps", steps * opt.epochs},
+      {"step_ms", 1e3 * steady_seconds / steady_steps},
+      {"samples_per_s", steady_steps * static_cast<double>(opt.batch_size) / steady_seconds},
+      {"epoch_s", train_seconds / opt.epochs},
+      {"peak_mib", nullptr},
+      {"loss", loss.item<float>()},
+      {"skipped", skipped},
+      {"accuracy", hits.item<float>() / static_cast<double>(test.size())}};
+  if (device.is_cuda())
+    result["peak_mib"] = static_cast<double>(memory.peak_allocated_bytes - baseline) / (1 << 20);
+  std::printf("%s\n", result.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  CLI::App app{"examples/mnist's models trained with the dataset on the device: mixtape's side of "
+               "bench/mnist_gpu.py (one JSON line)",
+               "bench_mnist_gpu"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--model", opt.model, "mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
+  app.add_option("--precision", opt.precision, "fp32, fp16 or bf16")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  app.add_option("--device", opt.device, "cuda, or cpu to check the plumbing")->check(CLI::IsMember({"cuda", "cpu"}));
+  app.add_option("--data", opt.data, "the MNIST directory [default: $MIXTAPE_MNIST_DIR, ./data/mnist, ...]");
+  app.add_option("--weights-out", opt.weights_out, "write the initial state_dict here (safetensors) first");
+  app.add_option("--epochs", opt.epochs, "epochs")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", opt.batch_size, "samples per step")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", opt.warmup, "first-epoch steps left out of step_ms")->check(CLI::NonNegativeNumber);
+  app.add_option("--max-steps", opt.max_steps, "steps per epoch at most (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", opt.seed, "the initial weights' and the shuffling's seed");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(opt);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_mnist_gpu: error: " << e.what() << '\n';
+    return 1;
+  }
+}

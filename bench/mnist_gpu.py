@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""bench/mnist_gpu.py — examples/mnist's models on one GPU, mixtape against PyTorch eager in the same run: one table.
+
+For each model (mlp, cnn) and precision (fp32; fp16 by autocast and GradScaler; bf16 by autocast), the same initial
+weights, data, batch size (128), optimizer (AdamW lr 1e-3) and epochs are trained by
+  mixtape        bench_mnist_gpu (a child process; it writes the initial weights as safetensors first)
+  pytorch        torch.autocast + torch.amp.GradScaler, torch.optim.AdamW with its defaults (foreach on CUDA)
+  pytorch fused  the same with AdamW(fused=True)
+each with the whole training set resident on the device (normalised once; a permutation per epoch, batches gathered
+with index_select on the device) and timed alike (bench/mnist_gpu.cpp says how): steady-state step time, samples/s,
+time per epoch, peak device memory during training beyond the dataset's, final test accuracy. The ratio column is
+PyTorch's step time over mixtape's (above 1: mixtape is faster).
+
+The PyTorch side needs only what the lent GPU machine has (PyTorch; safetensors when importable, else the format's
+few lines read here). --device cpu runs everything on the CPU to check the plumbing (PyTorch's CPU autocast has no
+fp16 before 2.x, and fused AdamW is CUDA's: those rows are skipped with a note).
+
+  python3 bench/mnist_gpu.py --build build --data data/mnist                     # every model and precision
+  python3 bench/mnist_gpu.py --build build --models cnn --precisions fp16 --epochs 2 --json results.jsonl
+"""
+import argparse
+import contextlib
+import gzip
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MEAN, STD = 0.1307, 0.3081
+
+
+# ---- data and weights ------------------------------------------------------------------------------------------------
+
+def read_idx(path):
+    """An IDX file (raw or .gz) as a u8 tensor of its dimensions; the checks mixtape's reader makes, in short."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    zero, dtype, ndim = struct.unpack(">HBB", data[:4])
+    if zero != 0 or dtype != 0x08:
+        raise ValueError(f"{path}: not an IDX file of u8 values")
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    body = data[4 + 4 * ndim:]
+    count = 1
+    for d in dims:
+        count *= d
+    if len(body) != count:
+        raise ValueError(f"{path}: {len(body)} bytes of values, the header says {count}")
+    return torch.frombuffer(bytearray(body), dtype=torch.uint8).reshape(dims)
+
+
+def find_file(directory, stem):
+    for name in (stem, stem + ".gz"):
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError(f"{directory}: no {stem} (raw or .gz)")
+
+
+def load_split(directory, prefix, device):
+    """Images (N, 1, 28, 28) f32 = (v/255 - mean)/std computed in double and rounded once (as mixtape's DataLoader),
+    and labels (N) i64, on `device`."""
+    images = read_idx(find_file(directory, f"{prefix}-images-idx3-ubyte"))
+    labels = read_idx(find_file(directory, f"{prefix}-labels-idx1-ubyte"))
+    x = ((images.to(torch.float64) / 255.0 - MEAN) / STD).to(torch.float32).unsqueeze(1)
+    return x.to(device), labels.to(torch.int64).to(device)
+
+
+def load_safetensors(path):
+    try:
+        from safetensors.torch import load_file
+        return load_file(path)
+    except ImportError:  # the format: an 8-byte little-endian header length, a JSON header, the raw bytes
+        with open(path, "rb") as f:
+            data = f.read()
+        (n,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8:8 + n])
+        dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64}
+        out = {}
+        for key, entry in header.items():
+            if key == "__metadata__":
+                continue
+            begin, end = entry["data_offsets"]
+            raw = bytearray(data[8 + n + begin:8 + n + end])
+            out[key] = torch.frombuffer(raw, dtype=dtypes[entry["dtype"]]).reshape(entry["shape"]).clone()
+        return out
+
+
+# ---- the models: examples/mnist/models.h in torch.nn, parameters named alike -----------------------------------------
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(784, 512), nn.Linear(512, 512), nn.Linear(512, 10)
+
+    def forward(self, x):
+        h = F.relu(self.fc1(x.flatten(1)))
+        h = F.relu(self.fc2(h))
+        return self.fc3(h)
+
+
+class Cnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(1, 32, 3), nn.Conv2d(32, 64, 3)
+        self.dropout1, self.dropout2 = nn.Dropout(0.25), nn.Dropout(0.5)
+        self.fc1, self.fc2 = nn.Linear(9216, 128), nn.Linear(128, 10)
+
+    def forward(self, x):
+        h = F.relu(self.conv1(x))
+        h = F.max_pool2d(F.relu(self.conv2(h)), 2)
+        h = self.dropout1(h).flatten(1)
+        h = self.dropout2(F.relu(self.fc1(h)))
+        return self.fc2(h)
+
+
+def make_model(name, weights):
+    model = Cnn() if name == "cnn" else Mlp()
+    state = load_safetensors(weights)
+    model.load_state_dict(state, strict=True)  # every key both ways, shapes checked
+    return model
+
+
+# ---- PyTorch's training, timed as bench_mnist_gpu times mixtape's ------------------------------------------------------
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def autocast(device, dtype):
+    """torch.autocast to `dtype`, or nothing for fp32."""
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def grad_scaler(device, enabled):
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler(device.type, enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled)
+
+
+def train_pytorch(args, model_name, precision, weights, fused, data):
+    device = torch.device(args.device)
+    torch.manual_seed(args.seed)
+    train_x, train_y, test_x, test_y = data
+    sync(device)
+    if device.type == "cuda":
+        baseline = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    model = make_model(model_name, weights).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **({"fused": True} if fused else {}))
+    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    scaler = grad_scaler(device, precision == "fp16")
+    n = train_x.shape[0]
+    epoch_steps = n // args.batch_size
+    steps = min(epoch_steps, args.max_steps) if args.max_steps > 0 else epoch_steps
+    warmup = min(args.warmup, steps - 1)
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    train_seconds, steady_seconds = 0.0, 0.0
+    skipped_before = 0.0
+    model.train()
+    for epoch in range(args.epochs):
+        epoch_start = time.perf_counter()
+        perm = torch.randperm(n, device=device, generator=generator)
+        for s in range(steps):
+            if epoch == 0 and s == warmup:
+                sync(device)
+                steady_start = time.perf_counter()
+            idx = perm[s * args.batch_size:(s + 1) * args.batch_size]
+            x, y = train_x.index_select(0, idx), train_y.index_select(0, idx)
+            optimizer.zero_grad(set_to_none=True)
+            with autocast(device, amp_dtype):
+                loss = F.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        sync(device)
+        if epoch == 0:
+            steady_seconds = time.perf_counter() - steady_start
+        train_seconds += time.perf_counter() - epoch_start
+    peak_mib = None
+    if device.type == "cuda":
+        peak_mib = (torch.cuda.max_memory_allocated(device) - baseline) / 2**20
+    model.eval()
+    hits = torch.zeros((), device=device)
+    with torch.no_grad():
+        for i in range(0, test_x.shape[0], 1000):
+            with autocast(device, amp_dtype):
+                logits = model(test_x[i:i + 1000])
+            hits += (logits.argmax(1) == test_y[i:i + 1000]).sum()
+    steady_steps = steps - warmup
+    return {"framework": "pytorch fused" if fused else "pytorch", "model": model_name, "precision": precision,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "steps": steps * args.epochs, "step_ms": 1e3 * steady_seconds / steady_steps,
+            "samples_per_s": steady_steps * args.batch_size / steady_seconds, "epoch_s": train_seconds / args.epochs,
+            "peak_mib": peak_mib, "loss": loss.item(), "skipped": None,
+            "accuracy": hits.item() / test_x.shape[0], "torch": torch.__version__}
+
+
+# ---- the run -----------------------------------------------------------------------------------------------------------
+
+def run_mixtape(args, model_name, precision, weights):
+    exe = os.path.join(args.build, "bench", "bench_mnist_gpu")
+    cmd = [exe, "--model", model_name, "--precision", precision, "--device", args.device, "--data", args.data,
+           "--weights-out", weights, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+           "--warmup", str(args.warmup), "--max-steps", str(args.max_steps), "--seed", str(args.seed)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def fmt(value, spec):
+    return "—" if value is None else format(value, spec)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default="build", help="the CMake build directory holding bench/bench_mnist_gpu")
+    parser.add_argument("--data", default=os.environ.get("MIXTAPE_MNIST_DIR", "data/mnist"),
+                        help="the MNIST IDX directory [default: $MIXTAPE_MNIST_DIR, else data/mnist]")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--models", default="mlp,cnn")
+    parser.add_argument("--precisions", default="fp32,fp16,bf16")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--warmup", type=int, default=50, help="first-epoch steps left out of the step time")
+    parser.add_argument("--max-steps", type=int, default=0, help="steps per epoch at most (0: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="append every row as a JSON line to this file")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("mnist_gpu.py: --device cuda, but PyTorch sees no GPU (--device cpu checks the plumbing)")
+    device = torch.device(args.device)
+    data = load_split(args.data, "train", device) + load_split(args.data, "t10k", device)
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_mnist_gpu-") as tmp:
+        for model_name in args.models.split(","):
+            for precision in args.precisions.split(","):
+                weights = os.path.join(tmp, f"{model_name}.safetensors")
+                print(f"  {model_name} {precision}: mixtape...", end="", file=sys.stderr, flush=True)
+                group = [run_mixtape(args, model_name, precision, weights)]
+                for fused in (False, True):
+                    if device.type == "cpu" and (fused or precision == "fp16"):
+                        continue  # fused AdamW is CUDA's; 1.x CPU autocast has no fp16
+                    print(" pytorch" + (" fused" if fused else "") + "...", end="", file=sys.stderr, flush=True)
+                    group.append(train_pytorch(args, model_name, precision, weights, fused, data))
+                print(" done", file=sys.stderr)
+                rows += group
+
+    print(f"\nbench/mnist_gpu.py: {rows[0]['device']}, torch {torch.__version__}, batch {args.batch_size}, "
+          f"AdamW lr 1e-3, {args.epochs} epoch(s), seed {args.seed}\n")
+    print("| model | precision | framework | step ms | samples/s | s/epoch | peak MiB | test accuracy | skipped steps "
+          "| PyTorch step / mixtape step |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    mixtape_step = {}
+    for r in rows:
+        key = (r["model"], r["precision"])
+        if r["framework"] == "mixtape":
+            mixtape_step[key] = r["step_ms"]
+        ratio = "" if r["framework"] == "mixtape" else f"{r['step_ms'] / mixtape_step[key]:.2f}x"
+        print(f"| {r['model']} | {r['precision']} | {r['framework']} | {r['step_ms']:.3f} | {r['samples_per_s']:.0f} "
+              f"| {r['epoch_s']:.2f} | {fmt(r['peak_mib'], '.1f')} | {100 * r['accuracy']:.2f}% "
+              f"| {fmt(r['skipped'], 'd')} | {ratio} |")
+    if args.json:
+        with open(args.json, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()
