@@ -18,6 +18,7 @@
 // PyTorch side loads those bytes into the same modules; both read the same IDX files.
 //
 //   bench_mnist_gpu --model cnn --precision fp16 --device cuda --weights-out /tmp/cnn.safetensors
+//   bench_mnist_gpu --model mlp --hidden 4096 --batch-size 1024 --precision fp16   # the seeds' wide MLP
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +43,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   std::string model = "mlp";
+  int64_t hidden = 512;  // the MLP's two hidden widths (examples/mnist's: 512)
   std::string precision = "fp32";
   std::string device = "cuda";
   std::string data;
@@ -61,6 +63,22 @@ void sync(mt::Device device) {
   if (device.is_cuda()) mt::cuda::synchronize();
 }
 
+/// examples/mnist's MLP with hidden layers of any width (784-H-H-10, ReLU; its parameters named alike).
+struct WideMlp : mnist::Model {
+  mt::nn::Flatten flatten;
+  mt::nn::Linear fc1, fc2, fc3;
+  explicit WideMlp(int64_t hidden) : fc1(784, hidden), fc2(hidden, hidden), fc3(hidden, 10) {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+    register_module("fc3", fc3);
+  }
+  mt::Tensor forward(const mt::Tensor& x) override {
+    mt::Tensor h = mt::relu(fc1(flatten(x)));  // (B, H)
+    h = mt::relu(fc2(h));                      // (B, H)
+    return fc3(h);                             // (B, 10)
+  }
+};
+
 /// A split's images, normalised as examples/mnist's DataLoader does, and labels, as tensors on `device`.
 std::pair<mt::Tensor, mt::Tensor> resident(const mt::data::MNIST& split, mt::Device device) {
   mt::data::DataLoader all(split, {.batch_size = split.size(), .prefetch = false, .device = device});
@@ -75,7 +93,11 @@ int run(const Options& opt) {
   const mt::data::MNIST train(location, mt::data::Split::kTrain), test(location, mt::data::Split::kTest);
 
   mt::manual_seed(opt.seed);
-  std::unique_ptr<mnist::Model> model = mnist::make_model(opt.model);
+  std::unique_ptr<mnist::Model> model;
+  if (opt.model == "mlp" && opt.hidden != 512)
+    model = std::make_unique<WideMlp>(opt.hidden);
+  else
+    model = mnist::make_model(opt.model);
   if (!opt.weights_out.empty()) mt::data::save_safetensors(opt.weights_out, model->state_dict());
   const auto [train_x, train_y] = resident(train, device);
   const auto [test_x, test_y] = resident(test, device);
@@ -142,7 +164,7 @@ int run(const Options& opt) {
   const double steady_steps = static_cast<double>(steps - warmup);
   nlohmann::json result = {
       {"framework", "mixtape"},
-      {"model", opt.model},
+      {"model", opt.model == "mlp" && opt.hidden != 512 ? "mlp" + std::to_string(opt.hidden) : opt.model},
       {"precision", opt.precision},
       {"device", device.is_cuda() ? mt::cuda::device_properties(0).name : "cpu"},
       {"steps", steps * opt.epochs},
@@ -168,6 +190,7 @@ int main(int argc, char** argv) {
                "bench_mnist_gpu"};
   app.option_defaults()->always_capture_default();
   app.add_option("--model", opt.model, "mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
+  app.add_option("--hidden", opt.hidden, "the MLP's hidden width (examples/mnist: 512)")->check(CLI::PositiveNumber);
   app.add_option("--precision", opt.precision, "fp32, fp16 or bf16")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--device", opt.device, "cuda, or cpu to check the plumbing")->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("--data", opt.data, "the MNIST directory [default: $MIXTAPE_MNIST_DIR, ./data/mnist, ...]");

@@ -17,6 +17,7 @@ fp16 before 2.x, and fused AdamW is CUDA's: those rows are skipped with a note).
 
   python3 bench/mnist_gpu.py --build build --data data/mnist                     # every model and precision
   python3 bench/mnist_gpu.py --build build --models cnn --precisions fp16 --epochs 2 --json results.jsonl
+  python3 bench/mnist_gpu.py --build build --models mlp --hidden 4096 --batch-size 1024   # the seeds' wide MLP
 """
 import argparse
 import contextlib
@@ -96,9 +97,9 @@ def load_safetensors(path):
 # ---- the models: examples/mnist/models.h in torch.nn, parameters named alike -----------------------------------------
 
 class Mlp(nn.Module):
-    def __init__(self):
+    def __init__(self, hidden=512):
         super().__init__()
-        self.fc1, self.fc2, self.fc3 = nn.Linear(784, 512), nn.Linear(512, 512), nn.Linear(512, 10)
+        self.fc1, self.fc2, self.fc3 = nn.Linear(784, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, 10)
 
     def forward(self, x):
         h = F.relu(self.fc1(x.flatten(1)))
@@ -121,8 +122,8 @@ class Cnn(nn.Module):
         return self.fc2(h)
 
 
-def make_model(name, weights):
-    model = Cnn() if name == "cnn" else Mlp()
+def make_model(name, hidden, weights):
+    model = Cnn() if name == "cnn" else Mlp(hidden)
     state = load_safetensors(weights)
     model.load_state_dict(state, strict=True)  # every key both ways, shapes checked
     return model
@@ -154,7 +155,7 @@ def train_pytorch(args, model_name, precision, weights, fused, data):
     if device.type == "cuda":
         baseline = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
-    model = make_model(model_name, weights).to(device)
+    model = make_model(model_name, args.hidden, weights).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **({"fused": True} if fused else {}))
     amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     scaler = grad_scaler(device, precision == "fp16")
@@ -196,7 +197,7 @@ def train_pytorch(args, model_name, precision, weights, fused, data):
                 logits = model(test_x[i:i + 1000])
             hits += (logits.argmax(1) == test_y[i:i + 1000]).sum()
     steady_steps = steps - warmup
-    return {"framework": "pytorch fused" if fused else "pytorch", "model": model_name, "precision": precision,
+    return {"framework": "pytorch fused" if fused else "pytorch", "model": model_label(args, model_name), "precision": precision,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "steps": steps * args.epochs, "step_ms": 1e3 * steady_seconds / steady_steps,
             "samples_per_s": steady_steps * args.batch_size / steady_seconds, "epoch_s": train_seconds / args.epochs,
@@ -206,9 +207,13 @@ def train_pytorch(args, model_name, precision, weights, fused, data):
 
 # ---- the run -----------------------------------------------------------------------------------------------------------
 
+def model_label(args, model_name):
+    return f"mlp{args.hidden}" if model_name == "mlp" and args.hidden != 512 else model_name
+
+
 def run_mixtape(args, model_name, precision, weights):
     exe = os.path.join(args.build, "bench", "bench_mnist_gpu")
-    cmd = [exe, "--model", model_name, "--precision", precision, "--device", args.device, "--data", args.data,
+    cmd = [exe, "--model", model_name, "--hidden", str(args.hidden), "--precision", precision, "--device", args.device, "--data", args.data,
            "--weights-out", weights, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
            "--warmup", str(args.warmup), "--max-steps", str(args.max_steps), "--seed", str(args.seed)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -227,6 +232,7 @@ def main():
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--models", default="mlp,cnn")
     parser.add_argument("--precisions", default="fp32,fp16,bf16")
+    parser.add_argument("--hidden", type=int, default=512, help="the MLP's hidden width (examples/mnist: 512)")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=50, help="first-epoch steps left out of the step time")
