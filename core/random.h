@@ -42,6 +42,14 @@ MT_HD inline double uniform_double(uint32_t hi, uint32_t lo) {
   return static_cast<double>(v & ((uint64_t{1} << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
 
+/// The sort key of position i of a random permutation drawn at (seed, offset): the first 64 bits of Philox at
+/// counter offset + i. Sorting 0..n-1 by (key, i) gives the permutation, alike on every device (mixtape::randperm).
+MT_HD inline uint64_t permutation_key(uint64_t seed, uint64_t offset, int64_t i) {
+  uint32_t r[4];
+  philox4x32_10(seed, 0, offset + static_cast<uint64_t>(i), r);
+  return static_cast<uint64_t>(r[0]) << 32 | r[1];
+}
+
 /// Where a stream of random numbers stands: its seed and how many counters it has handed out.
 struct GeneratorState {
   uint64_t seed = 0;

@@ -1,4 +1,4 @@
-// cuda/index.cu — gather, scatter_add, index_select and index_add on the GPU.
+// cuda/index.cu — gather, scatter_add, index_select, index_add and randperm on the GPU.
 //
 // gather: one thread per output element maps its coordinates to the index
 // element and the x element it names; elements are moved as raw bytes of
@@ -33,6 +33,10 @@
 //     output element reads 2 starts plus its contributions:
 //     O(k + size·log k + out + src) work, no atomics, 4 small launches.
 //
+// randperm: a Philox key per position (core/random.h's permutation_key), then one CUB radix sort of the (key,
+// position) pairs over all 64 bits; the sort is stable, so ties (vanishingly rare) keep position order, as the CPU's
+// sort by (key, position) does: both devices give the same permutation.
+//
 // Out-of-range indices: the index_select op checks every CPU index value on
 // the host; CUDA index values are not read back (that would synchronise), so
 // these kernels stay memory-safe on their own: index_select writes zeros for
@@ -49,6 +53,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <mixtape/core/dtype.h>
+#include <mixtape/core/random.h>
 #include <mixtape/cuda/launch.cuh>
 
 namespace mixtape::kernels::cuda {
@@ -368,6 +373,43 @@ Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index_in, const 
         a.inner, total);
     MT_CUDA_CHECK_LAUNCH("index_add_kernel (", src.dtype(), ", shape ", shape, ", ", k, " indices on ", device, ")");
   });
+  return out;
+}
+
+namespace {
+
+/// keys[i] = permutation_key(seed, offset, i), positions[i] = i.
+__global__ void __launch_bounds__(kBlockThreads)
+    permutation_keys_kernel(uint64_t* keys, int64_t* positions, int64_t n, uint64_t seed, uint64_t offset) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    keys[i] = permutation_key(seed, offset, i);
+    positions[i] = i;
+  }
+}
+
+}  // namespace
+
+Tensor randperm(int64_t n, uint64_t seed, uint64_t offset, Device device) {
+  ::mixtape::cuda::DeviceGuard guard(device);
+  const TensorOptions i64 = TensorOptions(DType::kI64).device(device);
+  Tensor out = empty({n}, i64);
+  if (n == 0) return out;
+  // The keys and positions, then one stable radix sort of the pairs over all 64 key bits: the CPU's sort by (key,
+  // position), so both devices give the same permutation.
+  Tensor keys = empty({n}, i64), keys_sorted = empty({n}, i64);  // u64 keys, held as i64 storage
+  Tensor positions = empty({n}, i64);
+  permutation_keys_kernel<<<grid_blocks(n), kBlockThreads, 0, launch_stream()>>>(
+      static_cast<uint64_t*>(keys.data_ptr()), positions.data<int64_t>(), n, seed, offset);
+  MT_CUDA_CHECK_LAUNCH("permutation_keys_kernel (", n, " positions on ", device, ")");
+  auto sort = [&](void* temp, size_t& temp_bytes) {
+    return cub::DeviceRadixSort::SortPairs(temp, temp_bytes, static_cast<const uint64_t*>(keys.data_ptr()),
+                                           static_cast<uint64_t*>(keys_sorted.data_ptr()), positions.data<int64_t>(),
+                                           out.data<int64_t>(), n, 0, 64, launch_stream());
+  };
+  size_t temp_bytes = 0;
+  MT_CUDA_CHECK(sort(nullptr, temp_bytes), "randperm: sizing the radix sort of ", n, " keys");
+  Tensor temp = empty({static_cast<int64_t>(temp_bytes) + 1}, TensorOptions(DType::kU8).device(device));
+  MT_CUDA_CHECK(sort(temp.data_ptr(), temp_bytes), "randperm: radix sort of ", n, " keys on ", device);
   return out;
 }
 

@@ -1,4 +1,4 @@
-// ops/index.cpp — index_select and cat: forward, backward and precision category.
+// ops/index.cpp — index_select and cat: forward, backward and precision category; randperm, which has neither.
 //
 // Both move values without arithmetic, so their forwards are exact in any
 // dtype. index_select's backward is a scatter-add (index_add: repeated
@@ -98,5 +98,12 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) { return autograd::apply<Cat>(tensors, dim); }
+
+Tensor randperm(int64_t n, Device device, Generator* gen) {
+  MT_CHECK(n >= 0, "randperm: n must be non-negative, got ", n);
+  Generator& g = gen != nullptr ? *gen : default_generator();
+  const uint64_t offset = g.advance(static_cast<uint64_t>(n));
+  return kernels::randperm(n, g.seed(), offset, device);  // (n) i64
+}
 
 }  // namespace mixtape

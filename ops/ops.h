@@ -155,5 +155,13 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 /// Concatenates along `dim`; all inputs share every other size.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+/// A random permutation of 0, 1, ..., n−1 (torch.randperm), kI64 on `device`, drawn there: n counters of `gen`
+/// (the default generator when null) key a sort, so the same generator state gives the same permutation on every
+/// device. For shuffling a dataset that lives on the GPU without a host round trip:
+///
+///     mt::Generator g(seed);
+///     const mt::Tensor order = mt::randperm(images.size(0), mt::Device::cuda(), &g);
+///     const mt::Tensor x = mt::index_select(images, 0, order.slice(0, 0, 128));  // the first batch
+Tensor randperm(int64_t n, Device device = Device::cpu(), Generator* gen = nullptr);
 
 }  // namespace mixtape

@@ -1,5 +1,5 @@
 // tests/test_index.cpp — the indexing family (ops/index.cpp, ops/cpu/index.cpp, cuda/index.cu): index_select
-// and index_add, gather and scatter_add, cat.
+// and index_add, gather and scatter_add, cat, randperm.
 //
 // The ops' registry cases (gradcheck in f64, f32/f16/bf16 against f64; CUDA against the CPU in
 // tests/test_parity.cpp), gradients of repeated indices, cat's promotion and per-input gradient dtypes, the
@@ -75,7 +75,86 @@ BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes, MT_CPU_TEST) {
                {"cat: tensors must have the same number of dims"});
 }
 
+// ---- randperm ---------------------------------------------------------------------------------
+
+/// Whether `p` holds each of 0..n-1 once.
+bool is_permutation_of_range(const std::vector<int64_t>& p) {
+  std::vector<bool> seen(p.size(), false);
+  for (int64_t v : p) {
+    if (v < 0 || v >= static_cast<int64_t>(p.size()) || seen[static_cast<size_t>(v)]) return false;
+    seen[static_cast<size_t>(v)] = true;
+  }
+  return true;
+}
+
+BOOST_AUTO_TEST_CASE(randperm_draws_permutations_from_the_generator, MT_CPU_TEST) {
+  for (int64_t n : {0, 1, 2, 1000, 60000}) {
+    mt::Generator g(7);
+    const Tensor p = mt::randperm(n, mt::Device::cpu(), &g);
+    BOOST_TEST(p.dtype() == mt::kI64);
+    BOOST_TEST(p.shape() == (Shape{n}));
+    BOOST_TEST(is_permutation_of_range(p.to_vector<int64_t>()), "n = " << n);
+    BOOST_TEST(g.offset() == static_cast<uint64_t>(n));  // n counters reserved
+  }
+  // The same generator state gives the same permutation; the next draw (further counters) another one.
+  mt::Generator a(11), b(11);
+  const std::vector<int64_t> first = mt::randperm(500, mt::Device::cpu(), &a).to_vector<int64_t>();
+  BOOST_TEST(first == mt::randperm(500, mt::Device::cpu(), &b).to_vector<int64_t>());
+  BOOST_TEST(first != mt::randperm(500, mt::Device::cpu(), &a).to_vector<int64_t>());
+  // Position i's key is permutation_key(seed, offset, i): the element at the front has the smallest key.
+  mt::Generator c(11);
+  int64_t smallest = 0;
+  for (int64_t i = 1; i < 500; ++i)
+    if (mt::permutation_key(11, 0, i) < mt::permutation_key(11, 0, smallest)) smallest = i;
+  BOOST_TEST(mt::randperm(500, mt::Device::cpu(), &c).to_vector<int64_t>().front() == smallest);
+  // Without a generator: the default one, whose seed decides.
+  mt::manual_seed(3);
+  const std::vector<int64_t> seeded = mt::randperm(100).to_vector<int64_t>();
+  mt::manual_seed(3);
+  BOOST_TEST(seeded == mt::randperm(100).to_vector<int64_t>());
+  expect_error([] { mt::randperm(-1); }, {"randperm: n must be non-negative, got -1"});
+}
+
+BOOST_AUTO_TEST_CASE(randperm_is_uniform, MT_CPU_TEST) {
+  // 24,000 permutations of 4: each of the 24 orders is expected 1000 times (standard deviation 31), and a sort by
+  // 64-bit Philox keys must favour none. The seed is fixed, so the test is deterministic; its bounds (about 5
+  // sigma) hold for an unbiased method at almost any seed and fail a biased one (an order twice as likely as
+  // another, a fixed point). Over 10,000 permutations of 10, every value lands at every position about 1000
+  // times (sd 30).
+  mt::Generator g(2024);
+  std::vector<int> orders(256, 0);
+  for (int r = 0; r < 24000; ++r) {
+    const std::vector<int64_t> p = mt::randperm(4, mt::Device::cpu(), &g).to_vector<int64_t>();
+    ++orders[static_cast<size_t>(p[0] * 64 + p[1] * 16 + p[2] * 4 + p[3])];
+  }
+  int distinct = 0;
+  for (int count : orders)
+    if (count > 0) {
+      ++distinct;
+      BOOST_TEST(std::abs(count - 1000) <= 160, "an order of 4 drawn " << count << " times in 24000");
+    }
+  BOOST_TEST(distinct == 24);
+  std::vector<int> at(100, 0);
+  for (int r = 0; r < 10000; ++r) {
+    const std::vector<int64_t> p = mt::randperm(10, mt::Device::cpu(), &g).to_vector<int64_t>();
+    for (size_t i = 0; i < p.size(); ++i) ++at[i * 10 + static_cast<size_t>(p[i])];
+  }
+  for (int count : at) BOOST_TEST(std::abs(count - 1000) <= 150, "a value at a position " << count << " times");
+}
+
 // ---- CUDA against the CPU ---------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(randperm_on_cuda_is_the_cpus, MT_GPU_TEST) {
+  // The same (seed, offset) gives the CPU's permutation bit for bit, from 0 elements to more than a radix sort tile.
+  for (int64_t n : {0, 1, 2, 255, 4097, 60000, 1 << 20}) {
+    mt::Generator on_gpu(5), on_cpu(5);
+    const Tensor p = mt::randperm(n, mt::Device::cuda(), &on_gpu);
+    BOOST_TEST(p.device() == mt::Device::cuda());
+    BOOST_TEST(p.cpu().to_vector<int64_t>() == mt::randperm(n, mt::Device::cpu(), &on_cpu).to_vector<int64_t>(),
+               "n = " << n);
+    BOOST_TEST(on_gpu.offset() == on_cpu.offset());
+  }
+}
 
 // ---- gather / scatter_add -------------------------------------------------------------------
 

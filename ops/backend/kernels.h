@@ -280,8 +280,12 @@ struct MaxPoolResult {
 //   scatter_add(shape, dim, index, src)   zeros(shape) in src's dtype with src added at index along `dim`.
 //   index_select(x, dim, index)           x's slices at `index` (0-D or 1-D, kI64/kI32) along `dim`.
 //   index_add(shape, dim, index, src)     zeros(shape) with src's slices added at `index` along `dim`.
+//   randperm(n, seed, offset, device)     (n) kI64 on `device`: 0..n-1 sorted by (permutation_key(seed, offset, i),
+//                                         i) (core/random.h), so every device draws the same permutation.
 // Sums accumulate in opmath and round once per output.
 #define MT_KERNELS_INDEX(X)                                                                                    \
+  X(Tensor, randperm, (int64_t n, uint64_t seed, uint64_t offset, Device device), (n, seed, offset, device),   \
+    n >= 0)                                                                                                    \
   X(Tensor, gather, (const Tensor& x, int64_t dim, const Tensor& index), (x, dim, index),                     \
     index.dtype() == DType::kI64)                                                                              \
   X(Tensor, scatter_add, (const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src),            \

@@ -1,4 +1,4 @@
-// ops/cpu/index.cpp — gather, scatter_add, index_select and index_add on the CPU.
+// ops/cpu/index.cpp — gather, scatter_add, index_select, index_add and randperm on the CPU.
 //
 // Index values are checked against the indexed size here as well as in the
 // op (these kernels also serve internal callers, and a CPU pass can throw).
@@ -12,8 +12,10 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include <mixtape/core/random.h>
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/ops/cpu/loops.h>
 
@@ -175,6 +177,17 @@ Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Ten
       }
     }
   });
+  return out;
+}
+
+Tensor randperm(int64_t n, uint64_t seed, uint64_t offset, Device) {
+  Tensor out = empty({n}, TensorOptions(DType::kI64));
+  std::vector<std::pair<uint64_t, int64_t>> keyed(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) keyed[static_cast<size_t>(i)] = {permutation_key(seed, offset, i), i};
+  std::sort(keyed.begin(), keyed.end());  // by key, then position: CUDA's stable radix sort gives the same order
+  int64_t* o = out.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) o[i] = keyed[static_cast<size_t>(i)].second;
   return out;
 }
 
