@@ -3,8 +3,8 @@
 //
 // What is measured, for one model and precision (fp32; fp16 by autocast and the GradScaler; bf16 by autocast):
 // --epochs epochs of batch --batch-size, AdamW lr 1e-3, drop_last. The training set is normalised once and lives
-// on the device as one (60000, 1, 28, 28) f32 tensor; each epoch draws a permutation on the host (one 480 KB copy
-// to the device per epoch) and each step gathers its batch with index_select on the device, so a step reads
+// on the device as one (60000, 1, 28, 28) f32 tensor; each epoch draws its permutation there (mixtape::randperm)
+// and each step gathers its batch with index_select there, as examples/mnist does on a GPU, so a step reads
 // nothing from the host but what the training API itself reads (the GradScaler's found-inf flag, under fp16).
 //   step_ms      the steady-state step: the device synchronised after --warmup steps of the first epoch and after
 //                its last step, the steps between averaged (no synchronisation in between)
@@ -23,11 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <numeric>
-#include <optional>
-#include <random>
 #include <string>
-#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -114,16 +110,13 @@ int run(const Options& opt) {
   const int64_t warmup = std::min(opt.warmup, steps - 1);
   MT_CHECK(steps >= 2, "bench_mnist_gpu: an epoch of ", steps, " step(s) has no steady state to time");
 
-  std::mt19937_64 rng(opt.seed);
-  std::vector<int64_t> order(static_cast<size_t>(n));
+  mt::Generator shuffling(opt.seed);
   double train_seconds = 0, steady_seconds = 0;
   int64_t skipped = 0;
   mt::Tensor loss;
   for (int epoch = 0; epoch < opt.epochs; ++epoch) {
-    std::iota(order.begin(), order.end(), int64_t{0});
-    std::shuffle(order.begin(), order.end(), rng);
     const auto epoch_start = Clock::now();
-    const mt::Tensor perm = mt::from_vector(order, {n}).to(device);  // (N) i64, the epoch's one upload
+    const mt::Tensor perm = mt::randperm(n, device, &shuffling);  // (N) i64, drawn on the device
     Clock::time_point steady_start;
     for (int64_t s = 0; s < steps; ++s) {
       if (epoch == 0 && s == warmup) {

@@ -6,8 +6,8 @@ weights, data, batch size (128), optimizer (AdamW lr 1e-3) and epochs are traine
   mixtape        bench_mnist_gpu (a child process; it writes the initial weights as safetensors first)
   pytorch        torch.autocast + torch.amp.GradScaler, torch.optim.AdamW with its defaults (foreach on CUDA)
   pytorch fused  the same with AdamW(fused=True)
-each with the whole training set resident on the device (normalised once; a permutation per epoch, batches gathered
-with index_select on the device) and timed alike (bench/mnist_gpu.cpp says how): steady-state step time, samples/s,
+each with the whole training set resident on the device (normalised once; a permutation per epoch drawn there,
+batches gathered with index_select there) and timed alike (bench/mnist_gpu.cpp says how): steady-state step time, samples/s,
 time per epoch, peak device memory during training beyond the dataset's, final test accuracy. The ratio column is
 PyTorch's step time over mixtape's (above 1: mixtape is faster).
 

@@ -6,7 +6,10 @@
 // The one design idea: the training loop never waits for the device on its own account. The running loss is
 // summed on the device and read back every --log-interval steps (for the progress bar and the metrics file), the
 // test accuracy is counted on the device and read once per epoch. (fp16's GradScaler::step reads its found-inf
-// flag each step: that is the library's one synchronisation, not this program's.)
+// flag each step: that is the library's one synchronisation, not this program's.) On a GPU the whole dataset lives
+// on the device, normalised once: each epoch's order is drawn there (mixtape::randperm) and each batch gathered
+// there (index_select), so a step copies nothing from the host. On the CPU the DataLoader assembles each batch
+// one ahead on a worker thread (--resident on|off chooses either on any device).
 #include <omp.h>
 
 #include <algorithm>
@@ -56,6 +59,7 @@ struct Options {
   std::string device = "auto";
   std::string optimizer = "adamw";
   std::string schedule = "cosine";
+  std::string resident = "auto";  // the dataset kept on the device: auto (on a GPU), on, off
   int epochs = 1;
   int64_t batch_size = 128;
   std::optional<double> lr;
@@ -218,22 +222,85 @@ mt::StateDict part_on(const mt::data::Checkpoint& checkpoint, const std::string&
   return out;
 }
 
-// ---- the evaluation, the training -----------------------------------------------------------------------------------
+// ---- the data on the device, the evaluation --------------------------------------------------------------------------
 
-/// Test accuracy in [0, 1]: hits counted on the device, read once.
-double evaluate(mnist::Model& model, const mt::data::MNIST& test, mt::Device device,
+/// A split kept on the device: images normalised once as the DataLoader normalises them, and labels.
+struct ResidentSplit {
+  Tensor x;  // (N, 1, 28, 28) f32
+  Tensor y;  // (N) i64
+  ResidentSplit(const mt::data::MNIST& split, mt::Device device) {
+    mt::data::DataLoader all(split, {.batch_size = std::max<int64_t>(split.size(), 1), .prefetch = false});
+    const mt::data::Batch batch = *all.begin();
+    x = batch.x.to(device);
+    y = batch.y.to(device);
+  }
+  int64_t size() const { return y.size(0); }
+  /// Samples [start, start + count) of `order` ((N) i64 on the device), gathered on the device.
+  mt::data::Batch batch(const Tensor& order, int64_t start, int64_t count) const {
+    const Tensor idx = order.slice(0, start, start + count);
+    return {mt::index_select(x, 0, idx), mt::index_select(y, 0, idx)};
+  }
+};
+
+/// One epoch's training batches in order: the DataLoader's (the CPU), or gathered on the device from a resident
+/// split in an order drawn there (a GPU). Both shuffle by the epoch's seed and drop the last partial batch.
+class EpochBatches {
+ public:
+  EpochBatches(const mt::data::MNIST& train, const ResidentSplit* resident, int64_t batch_size, uint64_t seed,
+               mt::Device device)
+      : m_resident(resident), m_batch_size(batch_size) {
+    if (resident != nullptr) {
+      mt::Generator generator(seed);
+      m_order = mt::randperm(resident->size(), device, &generator);
+      m_size = resident->size() / batch_size;
+    } else {
+      m_loader.emplace(train, mt::data::DataLoaderOptions{.batch_size = batch_size, .shuffle = true,
+                                                          .drop_last = true, .seed = seed, .device = device});
+      m_size = m_loader->size();
+    }
+  }
+  int64_t size() const { return m_size; }
+  /// Batch `b` of the epoch; b = 0, 1, ... in order (the loader's batches come one after another).
+  mt::data::Batch take(int64_t b) {
+    if (m_resident != nullptr) return m_resident->batch(m_order, b * m_batch_size, m_batch_size);
+    if (b == 0)
+      m_it = m_loader->begin();
+    else
+      ++m_it;
+    return *m_it;
+  }
+
+ private:
+  const ResidentSplit* m_resident;
+  int64_t m_batch_size, m_size = 0;
+  Tensor m_order;
+  std::optional<mt::data::DataLoader> m_loader;
+  mt::data::DataLoader::Iterator m_it;
+};
+
+/// Test accuracy in [0, 1]: hits counted on the device, read once. With `resident`, the test split is read from
+/// the device in slices; otherwise the DataLoader brings it.
+double evaluate(mnist::Model& model, const mt::data::MNIST& test, const ResidentSplit* resident, mt::Device device,
                 std::optional<mt::DType> autocast) {
   model.eval();
   mt::autograd::NoGradGuard no_grad;
-  mt::data::DataLoader loader(test, {.batch_size = 1000, .device = device});
   Tensor hits = mt::zeros({}, device);  // () f32: exact up to 2^24 samples
-  for (auto& [x, y] : loader) {
+  auto count = [&](const Tensor& x, const Tensor& y) {
     Tensor logits;
     {
       mt::amp::Autocast ac(autocast.value_or(mt::kF16), autocast.has_value());
       logits = model.forward(x);  // (B, 10)
     }
     hits = hits + mt::sum(mt::eq(mt::argmax(logits, 1), y).to(mt::kF32));
+  };
+  if (resident != nullptr) {
+    for (int64_t i = 0; i < resident->size(); i += 1000) {
+      const int64_t e = std::min(resident->size(), i + 1000);
+      count(resident->x.slice(0, i, e), resident->y.slice(0, i, e));
+    }
+  } else {
+    mt::data::DataLoader loader(test, {.batch_size = 1000, .device = device});
+    for (auto& [x, y] : loader) count(x, y);
   }
   model.train();
   return hits.item<float>() / static_cast<double>(test.size());
@@ -261,6 +328,11 @@ int run(const Options& opt) {
   const mt::data::DatasetLocation location = mt::data::find_mnist(opt.data);
   const mt::data::MNIST train_set(location, mt::data::Split::kTrain);
   const mt::data::MNIST test_set(location, mt::data::Split::kTest);
+  std::optional<ResidentSplit> train_resident, test_resident;  // a GPU's copies of the splits
+  if (opt.resident == "on" || (opt.resident == "auto" && device.is_cuda())) {
+    train_resident.emplace(train_set, device);
+    test_resident.emplace(test_set, device);
+  }
 
   mt::manual_seed(opt.seed);
   std::unique_ptr<mnist::Model> model = mnist::make_model(opt.model);
@@ -327,17 +399,17 @@ int run(const Options& opt) {
     const auto epoch_start = Clock::now();
     // A seed per epoch, so a resumed run sees the batches an uninterrupted one would have.
     const uint64_t shuffle_seed = opt.seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(epoch + 1));
-    mt::data::DataLoader loader(train_set, {.batch_size = opt.batch_size, .shuffle = true, .drop_last = true,
-                                            .seed = shuffle_seed, .device = device});
+    EpochBatches batches(train_set, train_resident ? &*train_resident : nullptr, opt.batch_size, shuffle_seed,
+                         device);
     const int64_t steps_this_epoch =
-        opt.max_steps > 0 ? std::min(loader.size(), opt.max_steps - run_steps) : loader.size();
+        opt.max_steps > 0 ? std::min(batches.size(), opt.max_steps - run_steps) : batches.size();
     mnist::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(opt.epochs),
                            steps_this_epoch, opt.batch_size);
     Tensor loss_sum = mt::zeros({}, device);  // () f32: the losses since the last read
     int64_t in_sum = 0, epoch_steps = 0;
     double last_loss = std::nan("");
-    for (auto& [x, y] : loader) {
-      if (epoch_steps == steps_this_epoch) break;
+    while (epoch_steps < steps_this_epoch) {
+      const auto [x, y] = batches.take(epoch_steps);
       // --inspect: one step under the numerics inspector (statistics kernels run beside the step's, no host reads).
       std::optional<mt::amp::Inspect> inspect;
       if (!opt.inspect.empty() && step + 1 == opt.inspect_step)
@@ -380,7 +452,7 @@ int run(const Options& opt) {
     if (tty) bar.finish();
     if (opt.max_steps > 0 && run_steps >= opt.max_steps) stop = true;
 
-    accuracy = evaluate(*model, test_set, device, autocast);
+    accuracy = evaluate(*model, test_set, test_resident ? &*test_resident : nullptr, device, autocast);
     const double epoch_seconds = seconds_since(epoch_start);
     const double rate = static_cast<double>(epoch_steps * opt.batch_size) / epoch_train_seconds;
     metrics.epoch({epoch + 1, accuracy, epoch_seconds}, step, epoch_train_seconds, rate);
@@ -462,6 +534,10 @@ int main(int argc, char** argv) {
       ->check(non_negative);
   app.add_option("--log-interval", opt.log_interval, "steps between two reads of the loss from the device")
       ->check(positive);
+  app.add_option("--resident", opt.resident,
+                 "keep the dataset on the device, shuffled and batched there: auto (on a GPU), on, or off (the "
+                 "DataLoader, a batch ahead on a worker thread)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
