@@ -45,7 +45,7 @@ void AdamBase::check_options(const GroupOptions& o, const std::string& where) co
   MT_CHECK(maximize == 0 || maximize == 1, name(), ": ", where, ": maximize is ", maximize, ", expected 0 or 1");
 }
 
-void AdamBase::step() {
+void AdamBase::update(const Tensor& found_inf) {
   const std::vector<std::vector<Bucket>> groups = gradient_buckets();
   for (size_t g = 0; g < groups.size(); ++g) {
     const GroupOptions& o = param_groups()[g].options;
@@ -61,17 +61,21 @@ void AdamBase::step() {
                                    .seed = rounding_seed()};
     for (const Bucket& b : groups[g]) {
       const bool master = has_master(b.params.front());
-      std::vector<Tensor> exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters;
+      const Tensor skip = found_inf_on(found_inf, b.params.front().device());
+      std::vector<Tensor> exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, counts;
       std::vector<kernels::OptimStep> steps;
       for (size_t i : b.indices) {
-        steps.push_back({.step = begin_update(i), .index = static_cast<int64_t>(i)});
+        const Tensor& count = begin_update(i);
+        steps.push_back({.count = static_cast<const int64_t*>(count.data_ptr()), .index = static_cast<int64_t>(i)});
+        counts.push_back(count);
         exp_avgs.push_back(state_buffer(i, "exp_avg"));
         exp_avg_sqs.push_back(state_buffer(i, "exp_avg_sq"));
         // Created zero on the first step with amsgrad (a group may turn it on later): max(0, v) = v.
         if (hyper.amsgrad) max_exp_avg_sqs.push_back(state_buffer(i, "max_exp_avg_sq"));
         if (master) masters.push_back(state()[i].buffer("master"));
       }
-      kernels::adam_step_(b.params, b.grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper);
+      kernels::optim_count_steps_(counts, skip);
+      kernels::adam_step_(b.params, b.grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper, skip);
     }
   }
 }

@@ -42,10 +42,9 @@ struct AdamWOptions {
 };
 
 /// What Adam and AdamW share: the options' names and checks, the state (exp_avg, exp_avg_sq, max_exp_avg_sq with
-/// amsgrad), step().
+/// amsgrad), the update.
 class AdamBase : public Optimizer {
  public:
-  void step() override;
   std::string momentum_option() const override { return "beta1"; }
 
   /// Adds a group after construction; the options it does not set take the constructor's defaults.
@@ -56,6 +55,7 @@ class AdamBase : public Optimizer {
   AdamBase(std::string name, std::vector<ParamGroup> groups, GroupOptions defaults, MasterWeights master,
            bool decoupled);
 
+  void update(const Tensor& found_inf) override;
   std::vector<StateBuffer> state_buffers() const override;
   void check_options(const GroupOptions& options, const std::string& where) const override;
 

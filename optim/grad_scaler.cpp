@@ -191,8 +191,40 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   for (const Tensor& f : state.found_inf_per_device) found += f.item<float>();
   const bool stepped = found == 0;
   if (stepped) optimizer.step();
+  else ++m_skipped_read;
   state.stage = Stage::kStepped;
   return stepped;
+}
+
+void GradScaler::step_on_device(optim::Optimizer& optimizer) {
+  if (!m_options.enabled) {
+    optimizer.step();
+    return;
+  }
+  check_initialized("step_on_device");
+  OptimizerState& state = state_of(optimizer);
+  MT_CHECK(state.stage != Stage::kStepped, "GradScaler.step_on_device: a step has already been taken since the last ",
+           "update() (optimizer ", optimizer.name(), ")");
+  if (state.stage == Stage::kReady) unscale_impl(optimizer, state);
+  MT_CHECK(!state.found_inf_per_device.empty(), "GradScaler.step_on_device: no inf checks were recorded for this ",
+           "optimizer (", optimizer.name(), "): none of its parameters has a gradient (call backward() on ",
+           "scale(loss) first)");
+  autograd::NoGradGuard no_grad;
+  // Every device's flag (each 0 or 1) in one, on the scale's device: device-to-device copies, no host read.
+  Tensor found;
+  for (const Tensor& f : state.found_inf_per_device) {
+    const Tensor here = raw::to(f, m_scale.device());
+    if (!found.defined()) found = raw::clone(here);
+    else kernels::binary_(kernels::BinaryOp::kMaximum, found, here);
+  }
+  optimizer.step(found);
+  if (!m_skipped.defined()) m_skipped = zeros({1}, TensorOptions(DType::kF32).device(m_scale.device()));
+  kernels::binary_(kernels::BinaryOp::kAdd, m_skipped, found);
+  state.stage = Stage::kStepped;
+}
+
+int64_t GradScaler::skipped_steps() const {
+  return m_skipped_read + (m_skipped.defined() ? static_cast<int64_t>(m_skipped.item<float>()) : 0);
 }
 
 // ---- the scale's update ------------------------------------------------------------------------------------

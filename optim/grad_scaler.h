@@ -6,8 +6,8 @@
 // device, and each of the scaler's passes is a kernel there (the unscale: one multi-tensor pass over an
 // optimizer's gradients per device; the update: a one-thread state machine). The only host reads are step()'s
 // look at found_inf, to decide whether to call the optimizer (one synchronisation a step), and get_scale() /
-// state_dict(). A sync-free step (an optimizer that takes found_inf on the device) can replace step()'s read
-// without changing this API.
+// state_dict(). step_on_device() is the step without that read: the optimizer's kernels take found_inf on the
+// device and skip there (Optimizer::step(found_inf)), so a whole training step can run without the host waiting.
 //
 //   mt::amp::GradScaler scaler;                       // init_scale 65536, x2 every 2000 clean steps, x0.5 on inf
 //   for (auto [x, y] : loader) {
@@ -67,6 +67,16 @@ class GradScaler {
   /// or NaN. Returns whether the optimizer stepped. This is the step's one host synchronisation: found_inf is read
   /// back. Once per optimizer between two update()s. Disabled: optimizer.step(), returns true.
   bool step(optim::Optimizer& optimizer);
+
+  /// step() without its synchronisation: unscales (unless unscale_ already did) and hands found_inf to the
+  /// optimizer (Optimizer::step(found_inf)), whose kernels skip the update on the device when a gradient was inf or
+  /// NaN, leaving parameters, state and update counts as they were. The same results as step(), bit for bit; the
+  /// skip is counted on the device (skipped_steps()). Same rules as step(): once per optimizer between two
+  /// update()s. Disabled: optimizer.step().
+  void step_on_device(optim::Optimizer& optimizer);
+
+  /// The steps skipped so far by step() and step_on_device() (a host read of the device's count, when asked).
+  int64_t skipped_steps() const;
 
   /// Which of the optimizer's parameters (indices in optimizer.parameters()) had an inf or NaN gradient at its last
   /// unscale (this step's, or the one the last update() ended): the flags the unscale pass set per gradient, read
@@ -133,6 +143,8 @@ class GradScaler {
   int64_t m_init_growth_tracker = 0;
   Tensor m_scale;           // (1) f32, created by the first scale()
   Tensor m_growth_tracker;  // (1) i32, on the scale's device
+  Tensor m_skipped;         // (1) f32 on the scale's device: step_on_device()'s skipped steps (exact to 2^24)
+  int64_t m_skipped_read = 0;  // step()'s, which it read anyway
   std::vector<OptimizerState> m_states;       // the optimizers seen since the last update()
   std::vector<OptimizerState> m_last_states;  // those of the step the last update() ended
 };

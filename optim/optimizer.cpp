@@ -1,10 +1,12 @@
 // optim/optimizer.cpp — what every optimizer shares (optim/optimizer.h): parameter groups and their options, the
 // checks of the parameters and their gradients, per-parameter state with masters, zero_grad, state_dict.
 //
-// The one design idea: the base owns everything that is not the update formula. A derived optimizer's step() asks
-// gradient_buckets() for each group's parameters that have a gradient, grouped by (device, dtype) and already
-// checked, starts each parameter's update (begin_update: step count, master), fetches its buffers (state_buffer,
-// created lazily as in PyTorch) and hands the lists to one multi-tensor kernel call per bucket.
+// The one design idea: the base owns everything that is not the update formula. A derived optimizer's update()
+// asks gradient_buckets() for each group's parameters that have a gradient, grouped by (device, dtype) and already
+// checked, starts each parameter's update (begin_update: its update count, its master), fetches its buffers
+// (state_buffer, created lazily as in PyTorch) and hands the lists to one multi-tensor kernel call per bucket.
+// Update counts live beside the parameters, as one-element tensors that kernels advance and read, so that a step
+// whose found_inf says to skip it (step(found_inf)) is decided on the device and leaves them as they were.
 #include <mixtape/optim/optimizer.h>
 
 #include <algorithm>
@@ -169,6 +171,21 @@ size_t Optimizer::index_of(size_t group, size_t i) const {
   return index;
 }
 
+void Optimizer::step() { update(Tensor()); }
+
+void Optimizer::step(const Tensor& found_inf) {
+  MT_CHECK(found_inf.defined(), m_name, ".step(found_inf): found_inf is undefined");
+  MT_CHECK(found_inf.numel() == 1 && found_inf.dtype() == DType::kF32, m_name,
+           ".step(found_inf): expected a one-element f32 tensor, got ", found_inf.dtype(), " of shape ",
+           found_inf.shape());
+  update(found_inf);
+}
+
+Tensor Optimizer::found_inf_on(const Tensor& found_inf, Device device) {
+  if (!found_inf.defined() || found_inf.device() == device) return found_inf;
+  return raw::to(found_inf, device);
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (const ParamGroup& g : m_groups)
     for (const Tensor& p : g.params) {
@@ -237,12 +254,13 @@ std::vector<std::vector<Optimizer::Bucket>> Optimizer::gradient_buckets() const 
   return out;
 }
 
-int64_t Optimizer::begin_update(size_t i) {
+Tensor& Optimizer::begin_update(size_t i) {
   ParamState& s = m_state.at(i);
   const Tensor& p = parameters_at(i);
   if (has_master(p) && !s.has("master")) s.buffers.emplace_back("master", raw::clone(raw::to(p, DType::kF32)));
+  if (!s.step.defined()) s.step = zeros({}, TensorOptions(DType::kI64).device(p.device()));
   amp::detail::inspect_note_update(p, has_master(p) ? s.buffer("master") : p);  // the lost-update meter
-  return ++s.step;
+  return s.step;
 }
 
 Tensor& Optimizer::state_buffer(size_t i, const std::string& name, bool* created) {
@@ -279,9 +297,12 @@ StateDict Optimizer::state_dict() const {
   }
   for (size_t i = 0; i < m_state.size(); ++i) {
     const ParamState& s = m_state[i];
-    if (s.step == 0) continue;
+    // The count is read back (a synchronisation per parameter on a GPU, only here): a parameter whose every update
+    // was skipped on the device has no state to save, as if never stepped.
+    const int64_t step = s.step.defined() ? s.step.item<int64_t>() : 0;
+    if (step == 0) continue;
     const std::string prefix = "state." + std::to_string(i) + ".";
-    sd.insert(prefix + "step", i64_scalar(s.step));
+    sd.insert(prefix + "step", i64_scalar(step));
     for (const auto& [name, t] : s.buffers) sd.insert(prefix + name, t);
   }
   if (m_master == MasterWeights::kStochasticRounding)
@@ -345,9 +366,11 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     const std::string prefix = "state." + std::to_string(i) + ".";
     if (!sd.contains(prefix + "step")) continue;
     const Tensor& p = parameters_at(i);
-    const int64_t step = sd.expect(who, prefix + "step", Shape{}, DType::kI64).item<int64_t>();
+    const Tensor& count = sd.expect(who, prefix + "step", Shape{}, DType::kI64);
+    const int64_t step = count.item<int64_t>();
     MT_CHECK(step >= 1, who, ".load_state_dict: '", prefix, "step' is ", step, ", expected a count >= 1");
-    state[i].step = step;
+    state[i].step = empty({}, TensorOptions(DType::kI64).device(p.device()));
+    raw::copy_(state[i].step, count);  // a copy: the dict may be another optimizer's live state
     std::vector<std::pair<std::string, DType>> names;  // in the order a step creates them: the master first
     if (has_master(p)) names.emplace_back("master", DType::kF32);
     for (const StateBuffer& b : buffers)

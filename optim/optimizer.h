@@ -73,7 +73,13 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   /// One update of every parameter that has a gradient (parameters without one are left alone, as in PyTorch).
-  virtual void step() = 0;
+  void step();
+  /// The same update unless `found_inf` (a one-element f32 tensor, the GradScaler's) is nonzero, decided where the
+  /// parameters live: the kernels read the flag there, and a skipped step leaves every parameter and all its state,
+  /// its update count included, as they were. Nothing is read back to the host, so on a GPU the step never waits
+  /// (PyTorch's fused optimizers take found_inf the same way). A flag on another device is copied to the
+  /// parameters' (device to device).
+  void step(const Tensor& found_inf);
 
   /// Clears every parameter's gradient: set_to_none drops it (PyTorch's default), otherwise it is zeroed in place.
   void zero_grad(bool set_to_none = true);
@@ -95,7 +101,9 @@ class Optimizer {
 
   /// Everything step() depends on, as named tensors: "param_groups.<g>.<option>" (f64, 0-d),
   /// "param_groups.<g>.params" (i64, the parameters' indices), and "state.<i>.<name>" for parameter i's state
-  /// (its step count as i64 0-d, its moment buffers, its f32 master weight as "state.<i>.master"); with
+  /// (its update count as i64 0-d, read back from the parameter's device, its moment buffers, its f32 master weight
+  /// as "state.<i>.master") for each parameter updated at least once (one whose every update was skipped on the
+  /// device has none); with
   /// MasterWeights::kStochasticRounding also "stochastic_rounding.seed" (i64, 0-d). A group's options include
   /// those a schedule recorded ("initial_lr", ...).
   StateDict state_dict() const;
@@ -116,10 +124,10 @@ class Optimizer {
   void add_param_group(ParamGroup group);
 
   /// Per-parameter state, by the parameter's index in parameters(): named tensors (buffers on the parameter's
-  /// device, f32 for f16/bf16 parameters) and the step count. Derived optimizers create entries lazily, on a
+  /// device, f32 for f16/bf16 parameters) and the update count. Derived optimizers create entries lazily, on a
   /// parameter's first update, as PyTorch does.
   struct ParamState {
-    int64_t step = 0;
+    Tensor step;  // the update count: i64 0-d on the parameter's device (undefined before its first update)
     std::vector<std::pair<std::string, Tensor>> buffers;  // "momentum_buffer", "exp_avg", "master", ...
     Tensor& buffer(const std::string& name);               // an error when absent
     bool has(const std::string& name) const;
@@ -131,6 +139,14 @@ class Optimizer {
   size_t index_of(size_t group, size_t i) const;
 
   // ---- for the derived optimizers (optim/sgd.cpp, optim/adam.cpp) ----
+
+  /// One update, skipped where found_inf (undefined: never) is nonzero: what step() and step(found_inf) call. For
+  /// each bucket: begin_update each parameter, advance their counts with kernels::optim_count_steps_ (the same
+  /// found_inf), then the update kernel with found_inf and the counts (OptimStep::count).
+  virtual void update(const Tensor& found_inf) = 0;
+
+  /// found_inf on `device` (a device-to-device copy when it lives elsewhere); undefined stays undefined.
+  static Tensor found_inf_on(const Tensor& found_inf, Device device);
 
   /// As above, with the way f16/bf16 parameters are updated (the constructor above uses kF32). An f16 parameter
   /// under kStochasticRounding is an error (the rounding is into bf16). The stochastic rounding's seed is drawn
@@ -172,9 +188,9 @@ class Optimizer {
   /// gradient's device, dtype or shape differs from its parameter's or the parameter's state lives on another
   /// device, dtype or shape (the parameter was moved or cast after its first step).
   std::vector<std::vector<Bucket>> gradient_buckets() const;
-  /// Begins parameter i's update: its step count grows by one, and on its first update its master (when
-  /// has_master) is created as the parameter's value in f32. Returns the new step count.
-  int64_t begin_update(size_t i);
+  /// Begins parameter i's update: on its first, its update count is created (0) and its master (when has_master) as
+  /// the parameter's value in f32. Returns the count, for kernels::optim_count_steps_ to advance.
+  Tensor& begin_update(size_t i);
   /// Buffer `name` of parameter i's state, created as zeros (state_dtype, the parameter's shape and device) when
   /// absent; `*created` (when given) tells whether it was.
   Tensor& state_buffer(size_t i, const std::string& name, bool* created = nullptr);

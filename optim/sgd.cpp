@@ -42,7 +42,7 @@ void SGD::check_options(const GroupOptions& o, const std::string& where) const {
            dampening, ")");
 }
 
-void SGD::step() {
+void SGD::update(const Tensor& found_inf) {
   const std::vector<std::vector<Bucket>> groups = gradient_buckets();
   for (size_t g = 0; g < groups.size(); ++g) {
     const GroupOptions& o = param_groups()[g].options;
@@ -56,15 +56,21 @@ void SGD::step() {
                                   .seed = rounding_seed()};
     for (const Bucket& b : groups[g]) {
       const bool master = has_master(b.params.front());
-      std::vector<Tensor> momentum_buffers, masters;
+      const Tensor skip = found_inf_on(found_inf, b.params.front().device());
+      std::vector<Tensor> momentum_buffers, masters, counts;
       std::vector<kernels::OptimStep> steps;
       for (size_t i : b.indices) {
-        kernels::OptimStep s{.step = begin_update(i), .index = static_cast<int64_t>(i)};
+        const Tensor& count = begin_update(i);
+        kernels::OptimStep s{.count = static_cast<const int64_t*>(count.data_ptr()), .index = static_cast<int64_t>(i)};
+        // A buffer created by a step that found_inf then skips stays zero and is not "first" at the next step, as
+        // with PyTorch's fused SGD: the same result unless dampening is nonzero.
         if (hyper.momentum != 0) momentum_buffers.push_back(state_buffer(i, "momentum_buffer", &s.first_momentum));
         if (master) masters.push_back(state()[i].buffer("master"));
         steps.push_back(s);
+        counts.push_back(count);
       }
-      kernels::sgd_step_(b.params, b.grads, momentum_buffers, masters, steps, hyper);
+      kernels::optim_count_steps_(counts, skip);
+      kernels::sgd_step_(b.params, b.grads, momentum_buffers, masters, steps, hyper, skip);
     }
   }
 }

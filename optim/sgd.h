@@ -38,7 +38,6 @@ class SGD : public Optimizer {
   /// `SGD opt({{fc1.parameters()}, {fc2.parameters(), {{"lr", 0.01}}}}, {.lr = 0.1, .momentum = 0.9});`
   SGD(std::vector<ParamGroup> groups, SGDOptions defaults = {}, MasterWeights master = MasterWeights::kF32);
 
-  void step() override;
   std::string momentum_option() const override { return "momentum"; }
 
   /// Adds a group after construction; the options it does not set take the constructor's defaults.
@@ -48,6 +47,7 @@ class SGD : public Optimizer {
   static GroupOptions group_options(const SGDOptions& options);
 
  protected:
+  void update(const Tensor& found_inf) override;
   std::vector<StateBuffer> state_buffers() const override;
   void check_options(const GroupOptions& options, const std::string& where) const override;
 };

@@ -48,15 +48,18 @@ class Descent : public mt::optim::Optimizer {
  public:
   explicit Descent(std::vector<Tensor> params, double lr = 0.5)
       : Optimizer("Descent", {mt::optim::ParamGroup{std::move(params), {}}}, {{"lr", lr}, {"momentum", 0.0}}) {}
-  void step() override {
+  std::string momentum_option() const override { return "momentum"; }
+  int steps = 0;
+
+ protected:
+  void update(const Tensor& found_inf) override {
+    if (found_inf.defined() && found_inf.item<float>() != 0) return;  // a test's optimizer may read it back
     mt::autograd::NoGradGuard no_grad;
     ++steps;
     for (mt::optim::ParamGroup& g : param_groups())
       for (Tensor& p : g.params)
         if (p.grad().defined()) p.copy_(p.detach() - p.grad() * g.options.get("lr"));
   }
-  std::string momentum_option() const override { return "momentum"; }
-  int steps = 0;
 };
 
 /// A leaf that requires grad, holding `values` as `dtype` on `device`.
@@ -188,6 +191,73 @@ BOOST_AUTO_TEST_CASE(an_inf_gradient_skips_the_step_and_halves_the_scale, MT_CPU
       BOOST_TEST(state_after.at("state.0.step").item<int64_t>() == 1);
     }
   }
+}
+
+/// Trains (w, b) on `device` for 8 steps of AdamW with f16-like trouble: an inf gradient at steps 0 (the first),
+/// 3 and 4 (two in a row), each step with step() or, `on_device`, step_on_device(). Returns the parameters, the
+/// optimizer's state_dict, the scale and the skipped count.
+struct ScaledRun {
+  std::vector<Tensor> params;
+  mt::StateDict state;
+  double scale = 0;
+  int64_t skipped = 0, skipped_by_bool = 0;
+};
+ScaledRun scaled_run(bool on_device, Device device) {
+  Tensor w = leaf({0.5, -1.0, 2.0, 0.25}, {2, 2}, DType::kF32, device), b = leaf({0.1, 0.2}, {2}, DType::kF32, device);
+  mt::optim::AdamW opt({w, b}, mt::optim::AdamWOptions{.lr = 0.01});
+  GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2});
+  ScaledRun run;
+  for (int step = 0; step < 8; ++step) {
+    const double k = 1.0 + step;
+    const std::vector<Tensor> coefs = {constant({k, 2, -3, 4}, {2, 2}, DType::kF32, device),
+                                       constant({-1, k}, {2}, DType::kF32, device)};
+    opt.zero_grad();
+    scaler.scale(linear_loss({w, b}, coefs)).backward();
+    if (step == 0 || step == 3 || step == 4) {
+      Tensor g = writable_grad(step == 3 ? b : w);
+      Tensor bad = mt::raw::slice(mt::raw::reshape(g, {g.numel()}), 0, 0, 1);
+      mt::raw::fill_(bad, kInf);  // as an overflow in the backward would leave it
+    }
+    if (on_device) scaler.step_on_device(opt);
+    else if (!scaler.step(opt)) ++run.skipped_by_bool;
+    scaler.update();
+  }
+  run.params = clones({w, b});
+  run.state = opt.state_dict();
+  run.scale = scaler.get_scale();
+  run.skipped = scaler.skipped_steps();
+  return run;
+}
+
+void expect_same_runs(const ScaledRun& a, const ScaledRun& b, const std::string& what) {
+  for (size_t i = 0; i < a.params.size(); ++i)
+    expect_same_bits(a.params[i], b.params[i], what + ": parameter " + std::to_string(i));
+  BOOST_TEST(a.state.keys() == b.state.keys(), boost::test_tools::per_element());
+  for (const auto& [key, t] : a.state)
+    if (b.state.contains(key)) expect_same_bits(t, b.state.at(key), what + ": " + key);
+  BOOST_TEST(a.scale == b.scale);
+  BOOST_TEST(a.skipped == b.skipped);
+}
+
+// step_on_device hands found_inf to the optimizer instead of reading it: the same training, bit for bit, with the
+// skipped steps counted on the device.
+BOOST_AUTO_TEST_CASE(step_on_device_trains_as_step_does, MT_CPU_TEST) {
+  const ScaledRun read = scaled_run(false, Device::cpu()), decided = scaled_run(true, Device::cpu());
+  expect_same_runs(decided, read, "step_on_device vs step");
+  BOOST_TEST(read.skipped == 3);
+  BOOST_TEST(read.skipped_by_bool == 3);
+  BOOST_TEST(read.state.at("state.0.step").item<int64_t>() == 5);  // 8 steps, 3 skipped
+  // A disabled scaler just steps; once per update, as step().
+  Tensor w = leaf({1.0}, {1});
+  mt::optim::SGD sgd({w}, {.lr = 0.5});
+  GradScaler off({.enabled = false});
+  mt::sum(mt::mul(w, constant({2.0}, {1}))).backward();
+  off.step_on_device(sgd);
+  BOOST_TEST(w.detach().item<float>() == 0.0f);
+  GradScaler on;
+  on.scale(mt::sum(mt::mul(w, constant({2.0}, {1})))).backward();
+  on.step_on_device(sgd);
+  expect_error([&] { on.step_on_device(sgd); }, {"GradScaler.step_on_device", "already been taken", "SGD"});
 }
 
 // The unscale pass flags each gradient that held inf/NaN, in the same pass as found_inf: non_finite_gradients()
@@ -793,6 +863,33 @@ BOOST_AUTO_TEST_CASE(scaler_on_cuda_keeps_its_state_on_the_device, MT_GPU_TEST) 
   BOOST_TEST(scaler.get_scale() == 1024.0);
   expect_close(w, mt::raw::to(before, DType::kF64) - 2 * 0.5 * mt::raw::to(c, DType::kF64), {1e-6, 0.0},
                "two clean steps of 0.5 · c");
+}
+
+BOOST_AUTO_TEST_CASE(step_on_device_on_cuda_matches_the_cpu_and_never_waits, MT_GPU_TEST) {
+  // The same training on the GPU, the same bits as on the CPU (step() and step_on_device() alike).
+  const ScaledRun cpu = scaled_run(false, Device::cpu());
+  expect_same_runs(scaled_run(true, Device::cuda()), cpu, "step_on_device on cuda vs step on the cpu");
+  expect_same_runs(scaled_run(false, Device::cuda()), cpu, "step on cuda vs step on the cpu");
+  // A steady-state AMP step (after the first, which creates the state): scale, backward, unscale, step, update.
+  // step_on_device neither copies anything to the host nor waits for the device.
+  Tensor w = leaf({0.5, -1.0, 2.0, 0.25}, {2, 2}, DType::kF32, Device::cuda());
+  mt::optim::AdamW opt({w}, mt::optim::AdamWOptions{.lr = 0.01});
+  GradScaler scaler;
+  const Tensor coef = constant({1, 2, 3, 4}, {2, 2}, DType::kF32, Device::cuda());
+  for (int step = 0; step < 3; ++step) {
+    if (step == 2) {
+      mt::cuda::synchronize();
+      mt::cuda::reset_debug_counters();
+    }
+    opt.zero_grad();
+    scaler.scale(mt::sum(mt::mul(w, coef))).backward();
+    scaler.step_on_device(opt);
+    scaler.update();
+  }
+  const mt::cuda::DebugCounters c = mt::cuda::debug_counters();
+  BOOST_TEST(c.device_to_host_copies == 0);
+  BOOST_TEST(c.synchronizations == 0);
+  BOOST_TEST(scaler.skipped_steps() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(non_finite_gradients_on_cuda, MT_GPU_TEST) {

@@ -131,12 +131,12 @@ void run(const Config& c, const Storage& s, Lists& L, uint64_t rounding_seed = 1
     kn::AdamHyper h = std::get<kn::AdamHyper>(c.hyper);
     h.stochastic_rounding = s.stochastic;
     h.seed = rounding_seed;
-    kn::adam_step_(L.params, L.grads, L.s0, L.s1, L.s2, L.masters, L.steps, h);
+    kn::adam_step_(L.params, L.grads, L.s0, L.s1, L.s2, L.masters, L.steps, h, Tensor());
   } else {
     kn::SgdHyper h = std::get<kn::SgdHyper>(c.hyper);
     h.stochastic_rounding = s.stochastic;
     h.seed = rounding_seed;
-    kn::sgd_step_(L.params, L.grads, L.s0, L.masters, L.steps, h);
+    kn::sgd_step_(L.params, L.grads, L.s0, L.masters, L.steps, h, Tensor());
   }
 }
 
@@ -363,7 +363,7 @@ BOOST_AUTO_TEST_CASE(element_conversions_are_cores_bit_for_bit, MT_CPU_TEST) {
         const Tensor param = mt::zeros({256, 256}, dtype), buf = mt::zeros({256, 256}), master = mt::zeros({256, 256});
         kn::sgd_step_(std::vector<Tensor>{param}, std::vector<Tensor>{g}, std::vector<Tensor>{buf},
                       std::vector<Tensor>{master}, std::vector<kn::OptimStep>{{.step = 1, .first_momentum = true}},
-                      kn::SgdHyper{.lr = 0, .momentum = 0.5});
+                      kn::SgdHyper{.lr = 0, .momentum = 0.5}, Tensor());
         expect_same_bits(buf, g.to(DType::kF32), g.is_contiguous() ? "every pattern widened" : "transposed");
       }
 
@@ -387,7 +387,7 @@ BOOST_AUTO_TEST_CASE(element_conversions_are_cores_bit_for_bit, MT_CPU_TEST) {
           p = mt::zeros({64, rows}, dtype).t();
         }
         kn::sgd_step_(std::vector<Tensor>{p}, std::vector<Tensor>{mt::zeros({rows, 64}, dtype)}, std::vector<Tensor>{},
-                      std::vector<Tensor>{m}, std::vector<kn::OptimStep>{{.step = 1}}, kn::SgdHyper{.lr = 0});
+                      std::vector<Tensor>{m}, std::vector<kn::OptimStep>{{.step = 1}}, kn::SgdHyper{.lr = 0}, Tensor());
         expect_same_bits(p, m.to(dtype), describe("masters around every value rounded, ", layout_name(layout)));
       }
     }
@@ -407,7 +407,7 @@ BOOST_AUTO_TEST_CASE(step_invariants_are_checked_at_the_entry_point, MT_CPU_TEST
   };
   auto sgd = [&](const std::string& what, std::vector<Tensor> ps, std::vector<Tensor> gs, std::vector<Tensor> bufs,
                  std::vector<Tensor> masters, std::vector<kn::OptimStep> st, kn::SgdHyper h) {
-    expect_invariant_error("sgd_step_", [&] { kn::sgd_step_(ps, gs, bufs, masters, st, h); }, what);
+    expect_invariant_error("sgd_step_", [&] { kn::sgd_step_(ps, gs, bufs, masters, st, h, Tensor()); }, what);
   };
   sgd("a gradient of another dtype", p, {mt::zeros({2, 3}, DType::kF64)}, none, none, steps, plain);
   sgd("a gradient of another shape", p, {mt::zeros({3, 2})}, none, none, steps, plain);
@@ -431,7 +431,7 @@ BOOST_AUTO_TEST_CASE(step_invariants_are_checked_at_the_entry_point, MT_CPU_TEST
 
   auto adam_call = [&](const std::string& what, std::vector<Tensor> m, std::vector<Tensor> v, std::vector<Tensor> vmax,
                        kn::AdamHyper h) {
-    expect_invariant_error("adam_step_", [&] { kn::adam_step_(p, g, m, v, vmax, none, steps, h); }, what);
+    expect_invariant_error("adam_step_", [&] { kn::adam_step_(p, g, m, v, vmax, none, steps, h, Tensor()); }, what);
   };
   adam_call("no exp_avg_sq", {mt::zeros({2, 3})}, none, none, adam);
   adam_call("an exp_avg of another shape", {mt::zeros({6})}, {mt::zeros({2, 3})}, none, adam);

@@ -546,6 +546,76 @@ BOOST_AUTO_TEST_CASE(reduced_parameters_with_masters_follow_f32_training, MT_CPU
 
 // ---- CUDA -----------------------------------------------------------------------------------------
 
+/// Trains two copies of the same parameters on `device` with optimizer `n` for 6 iterations whose found_inf is 1 at
+/// iterations 0, 2 and 3 (the very first skipped, and two in a row): one optimizer is stepped with step(found_inf)
+/// every time, the other with step() only when found_inf is 0. After each iteration both must agree bit for bit:
+/// the parameters, and the state_dicts (update counts included). With `parameter_without_grad`, the second
+/// parameter has no gradient at iterations 1 and 4 (left alone by both).
+void expect_skips_on_the_device_are_no_steps(const Named& n, DType dtype, MasterWeights master, Device device,
+                                            bool parameter_without_grad = false) {
+  std::vector<Tensor> a = leaves({{6, 5}, {7}}, dtype, 90, device), b = copies(a);
+  mt::manual_seed(7);
+  auto decided_on_device = n.make(a, master);
+  mt::manual_seed(7);  // the same stochastic-rounding seed
+  auto decided_on_host = n.make(b, master);
+  for (int it = 0; it < 6; ++it) {
+    BOOST_TEST_CONTEXT("iteration " << it) {
+      const bool inf = it == 0 || it == 2 || it == 3;
+      set_grads(a, 300 + 10 * static_cast<uint64_t>(it));
+      set_grads(b, 300 + 10 * static_cast<uint64_t>(it));
+      if (parameter_without_grad && (it == 1 || it == 4)) {
+        a[1].set_grad(Tensor());
+        b[1].set_grad(Tensor());
+      }
+      decided_on_device->step(mt::raw::to(mt::full({1}, inf ? 1.0 : 0.0), device));
+      if (!inf) decided_on_host->step();
+      for (size_t i = 0; i < a.size(); ++i)
+        expect_same_bits(a[i].detach(), b[i].detach(), mt::test::describe("parameter ", i));
+      expect_same_state(decided_on_device->state_dict(), decided_on_host->state_dict(), "state");
+    }
+  }
+  // Counts of the updates that ran (iterations 1, 4 and 5; only 5 for the parameter without gradients at 1 and 4),
+  // not of the tries.
+  const StateDict sd = decided_on_device->state_dict();
+  BOOST_TEST(sd.at("state.0.step").item<int64_t>() == 3);
+  BOOST_TEST(sd.at("state.1.step").item<int64_t>() == (parameter_without_grad ? 1 : 3));
+}
+
+BOOST_AUTO_TEST_CASE(a_step_skipped_on_the_device_is_no_step_at_all, MT_CPU_TEST) {
+  struct Storage {
+    const char* name;
+    DType dtype;
+    MasterWeights master;
+  };
+  for (const Named& n : optimizer_kinds())
+    for (const Storage& s : {Storage{"f32", DType::kF32, MasterWeights::kF32},
+                             Storage{"f16 with f32 masters", DType::kF16, MasterWeights::kF32},
+                             Storage{"bf16 with stochastic rounding", DType::kBF16, MasterWeights::kStochasticRounding},
+                             Storage{"f16 in f16", DType::kF16, MasterWeights::kNone}})
+      BOOST_TEST_CONTEXT(n.name << ", " << s.name) {
+        expect_skips_on_the_device_are_no_steps(n, s.dtype, s.master, Device::cpu());
+        expect_skips_on_the_device_are_no_steps(n, s.dtype, s.master, Device::cpu(), /*parameter_without_grad=*/true);
+      }
+  // A parameter whose every update so far was skipped has no state to save, as one never stepped.
+  std::vector<Tensor> p = leaves({{3}}, DType::kF32, 95);
+  opt::AdamW adamw(p, {.lr = 0.01});
+  set_grads(p, 96);
+  adamw.step(mt::full({1}, 1.0));
+  BOOST_TEST(!adamw.state_dict().contains("state.0.step"));
+  expect_error([&] { adamw.step(mt::full({2}, 0.0)); }, {"AdamW.step(found_inf)", "one-element f32", "[2]"});
+  expect_error([&] { adamw.step(mt::full({1}, 0.0, DType::kF64)); }, {"AdamW.step(found_inf)", "f64"});
+}
+
+BOOST_AUTO_TEST_CASE(a_step_skipped_on_cuda_is_no_step_at_all, MT_GPU_TEST) {
+  for (const Named& n : optimizer_kinds()) {
+    BOOST_TEST_CONTEXT(n.name) {
+      expect_skips_on_the_device_are_no_steps(n, DType::kF32, MasterWeights::kF32, Device::cuda());
+      expect_skips_on_the_device_are_no_steps(n, DType::kF16, MasterWeights::kF32, Device::cuda(), true);
+      expect_skips_on_the_device_are_no_steps(n, DType::kBF16, MasterWeights::kStochasticRounding, Device::cuda());
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(steps_on_cuda_match_the_cpu, MT_GPU_TEST) {
   struct Storage {
     DType dtype;

@@ -3,13 +3,13 @@
 //
 //   build/examples/mnist --model cnn --precision fp16 --epochs 3 --metrics run.jsonl --plot run.png
 //
-// The one design idea: the training loop never waits for the device on its own account. The running loss is
-// summed on the device and read back every --log-interval steps (for the progress bar and the metrics file), the
-// test accuracy is counted on the device and read once per epoch. (fp16's GradScaler::step reads its found-inf
-// flag each step: that is the library's one synchronisation, not this program's.) On a GPU the whole dataset lives
-// on the device, normalised once: each epoch's order is drawn there (mixtape::randperm) and each batch gathered
-// there (index_select), so a step copies nothing from the host. On the CPU the DataLoader assembles each batch
-// one ahead on a worker thread (--resident on|off chooses either on any device).
+// The one design idea: the training loop never waits for the device. The running loss is summed on the device and
+// read back every --log-interval steps (for the progress bar and the metrics file), the test accuracy is counted on
+// the device and read once per epoch; under fp16 the GradScaler's skip decision stays on the device too
+// (step_on_device: the optimizer's kernels read found_inf), its count read with the loss. On a GPU the whole dataset
+// lives on the device, normalised once: each epoch's order is drawn there (mixtape::randperm) and each batch
+// gathered there (index_select), so a step copies nothing from the host. On the CPU the DataLoader assembles each
+// batch one ahead on a worker thread (--resident on|off chooses either on any device).
 #include <omp.h>
 
 #include <algorithm>
@@ -422,7 +422,7 @@ int run(const Options& opt) {
       }
       if (fp16) {
         scaler.scale(loss).backward();
-        if (!scaler.step(*optimizer)) ++skipped;
+        scaler.step_on_device(*optimizer);  // skipped, on the device, when a gradient overflowed
         scaler.update();
       } else {
         loss.backward();
@@ -438,7 +438,8 @@ int run(const Options& opt) {
       samples += x.size(0);
       const bool last = epoch_steps == steps_this_epoch;
       if (in_sum == opt.log_interval || last) {
-        last_loss = loss_sum.item<float>() / static_cast<double>(in_sum);  // the host read, every K steps
+        last_loss = loss_sum.item<float>() / static_cast<double>(in_sum);  // the host reads, every K steps
+        if (fp16) skipped = scaler.skipped_steps();
         loss_sum = mt::zeros({}, device);
         in_sum = 0;
         const double rate = static_cast<double>(epoch_steps * opt.batch_size) / seconds_since(epoch_start);

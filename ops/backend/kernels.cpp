@@ -7,6 +7,7 @@
 // first), so its message lists every argument the kernel got.
 #include <mixtape/ops/backend/kernels.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <optional>
@@ -218,7 +219,8 @@ bool optim_step_ok(std::span<const Tensor> params, std::span<const Tensor> grads
   auto shaped = [](const Tensor& t, const Tensor& p) { return t.defined() && t.shape() == p.shape(); };
   for (size_t i = 0; i < n; ++i) {
     const Tensor& p = params[i];
-    if (!p.defined() || !is_floating(p.dtype()) || !writable(p) || steps[i].step < 1) return false;
+    if (!p.defined() || !is_floating(p.dtype()) || !writable(p) || (steps[i].count == nullptr && steps[i].step < 1))
+      return false;
     if (!shaped(grads[i], p) || grads[i].dtype() != p.dtype()) return false;
     const bool master = !masters.empty();
     if (master && (!is_reduced_float(p.dtype()) || !shaped(masters[i], p) || masters[i].dtype() != DType::kF32 ||
@@ -246,6 +248,16 @@ bool adam_step_ok(std::span<const Tensor> params, std::span<const Tensor> grads,
                   std::span<const Tensor> masters, std::span<const OptimStep> steps, const AdamHyper& hyper) {
   return optim_step_ok(params, grads, {{exp_avgs, true}, {exp_avg_sqs, true}, {max_exp_avg_sqs, hyper.amsgrad}},
                        masters, steps, hyper.stochastic_rounding);
+}
+
+/// A step's skip flag: absent, or one f32 element.
+bool found_inf_ok(const Tensor& found_inf) { return !found_inf.defined() || is_f32_scalar(found_inf); }
+
+/// Update counters: one writable i64 element each.
+bool count_steps_ok(std::span<const Tensor> counts) {
+  return std::all_of(counts.begin(), counts.end(), [](const Tensor& c) {
+    return c.defined() && c.dtype() == DType::kI64 && c.numel() == 1 && writable(c);
+  });
 }
 
 /// The statistics kernels walk flat memory: x contiguous and floating, a multiplier (when given) one f32 element.

@@ -336,6 +336,9 @@ struct MaxPoolResult {
 /// What an optimizer step kernel needs of each parameter of its lists besides its tensors.
 struct OptimStep {
   int64_t step = 1;             // the parameter's update count including this one (>= 1): Adam's bias corrections
+  const int64_t* count = nullptr;  // when set, the count is read here instead, in the memory of the call's device
+                                   // (the optimizer's counters, which optim_count_steps_ advanced: a step that is
+                                   // skipped on the device never reads the host)
   int64_t index = 0;            // the parameter's index in its optimizer: with step and the seed, the key of its
                                 // stochastic rounding, so the bits do not depend on how the lists are cut
   bool first_momentum = false;  // SGD: its momentum buffer is new and takes the direction itself (PyTorch's first
@@ -372,22 +375,31 @@ struct AdamHyper {
 //       state f32.
 //   otherwise: the parameter is updated in its own dtype (opmath_t arithmetic, one rounding per store); state in the
 //       parameter's dtype.
-//   sgd_step_(params, grads, momentum_buffers, masters, steps, hyper)  momentum_buffers: one per parameter when
-//       hyper.momentum != 0, else none.
-//   adam_step_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper)  Adam, or AdamW with
-//       hyper.decoupled_weight_decay; max_exp_avg_sqs: one per parameter when hyper.amsgrad, else none.
+// found_inf: undefined, or a one-element f32 tensor on the call's device (the GradScaler's): when it is nonzero the
+// call changes nothing, decided on the device (the sync-free step of mixed precision training).
+//   sgd_step_(params, grads, momentum_buffers, masters, steps, hyper, found_inf)  momentum_buffers: one per
+//       parameter when hyper.momentum != 0, else none.
+//   adam_step_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper, found_inf)  Adam, or
+//       AdamW with hyper.decoupled_weight_decay; max_exp_avg_sqs: one per parameter when hyper.amsgrad, else none.
+//   optim_count_steps_(counts, found_inf)  each count (a one-element i64 tensor) += 1 unless found_inf is nonzero:
+//       the parameters' update counts, advanced before the step that reads them.
 #define MT_KERNELS_OPTIM(X)                                                                                    \
   X(void, sgd_step_,                                                                                           \
     (std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_buffers,  \
-     std::span<const Tensor> masters, std::span<const OptimStep> steps, const SgdHyper& hyper),                \
-    (params, grads, momentum_buffers, masters, steps, hyper),                                                  \
-    sgd_step_ok(params, grads, momentum_buffers, masters, steps, hyper))                                       \
+     std::span<const Tensor> masters, std::span<const OptimStep> steps, const SgdHyper& hyper,                 \
+     const Tensor& found_inf),                                                                                 \
+    (params, grads, momentum_buffers, masters, steps, hyper, found_inf),                                       \
+    sgd_step_ok(params, grads, momentum_buffers, masters, steps, hyper) && found_inf_ok(found_inf))            \
   X(void, adam_step_,                                                                                          \
     (std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> exp_avgs,          \
      std::span<const Tensor> exp_avg_sqs, std::span<const Tensor> max_exp_avg_sqs,                             \
-     std::span<const Tensor> masters, std::span<const OptimStep> steps, const AdamHyper& hyper),               \
-    (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper),                            \
-    adam_step_ok(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper))
+     std::span<const Tensor> masters, std::span<const OptimStep> steps, const AdamHyper& hyper,                \
+     const Tensor& found_inf),                                                                                 \
+    (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper, found_inf),                 \
+    adam_step_ok(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper) &&              \
+    found_inf_ok(found_inf))                                                                                   \
+  X(void, optim_count_steps_, (std::span<const Tensor> counts, const Tensor& found_inf), (counts, found_inf),  \
+    count_steps_ok(counts) && found_inf_ok(found_inf))
 
 // Numerics statistics (ops/cpu/numerics.cpp, cuda/numerics.cu), for the numerics inspector (optim/inspect.h). The
 // fields and the exact definition of every count: ops/backend/numerics_math.h. Neither reads a value back to the

@@ -5,8 +5,8 @@
 // single-tensor ones (sgd.py, adam.py, adamw.py), op for op and in the same order, each PyTorch in-place op one
 // rounding here in opmath (f32 for f16/bf16/f32 data, f64 for f64): an f32 update is PyTorch's to an ulp or so. The
 // scalars PyTorch computes in Python (1 − dampening, the bias corrections, 1 − lr·weight_decay) are computed in
-// double on the host, once per tensor (sgd_coeffs, adam_coeffs), and rounded to opmath, as PyTorch's scalar
-// arguments are. Products and sums go through mul/add, which in device code forbid nvcc's contraction into an FMA:
+// double once per tensor (sgd_coeffs, adam_coeffs: on the host, or in the kernel when the update count lives on the
+// device, with the same bits) and rounded to opmath, as PyTorch's scalar arguments are. Products and sums go through mul/add, which in device code forbid nvcc's contraction into an FMA:
 // the CUDA kernels give the CPU's bits.
 //
 // Where the parameter lives (kernels.h, MT_KERNELS_OPTIM): in the parameter itself (Store::kNearest), in an f32
@@ -75,7 +75,7 @@ MT_HD inline uint64_t mix64(uint64_t z) {
 inline constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
 
 /// The key of one parameter's stochastic rounding at one step: the stream its elements' bits are drawn from.
-inline uint64_t rounding_key(uint64_t seed, int64_t step, int64_t index) {
+MT_HD inline uint64_t rounding_key(uint64_t seed, int64_t step, int64_t index) {
   const uint64_t at_step = mix64(mix64(seed) + static_cast<uint64_t>(step) * kGamma);
   return mix64(at_step + static_cast<uint64_t>(index) * kGamma);
 }
@@ -167,15 +167,15 @@ struct SgdCoeffs {
 };
 
 template <class M>
-inline SgdCoeffs<M> sgd_coeffs(const kernels::SgdHyper& h, const kernels::OptimStep& s) {
+MT_HD inline SgdCoeffs<M> sgd_coeffs(const kernels::SgdHyper& h, bool first_momentum) {
   return {static_cast<M>(h.lr),
           static_cast<M>(h.momentum),
-          static_cast<M>(1.0 - h.dampening),
+          static_cast<M>(add(1.0, -h.dampening)),
           static_cast<M>(h.weight_decay),
           h.weight_decay != 0,
           h.nesterov,
           h.maximize,
-          s.first_momentum};
+          first_momentum};
 }
 
 /// torch.optim.SGD on one element: returns the new parameter; with kMomentum (momentum != 0) updates the momentum
@@ -209,20 +209,52 @@ struct AdamCoeffs {
   bool maximize;
 };
 
+/// base^exponent (exponent >= 0) by repeated squaring, each product rounded once: the same bits on the host and on
+/// a GPU (whose pow is not correctly rounded, where glibc's is). Within a few ulps of pow for the counts of training
+/// runs: the f32 coefficients made from it are pow's but for a rounding tie once in ~10^8.
+MT_HD inline double power(double base, int64_t exponent) {
+  double result = 1.0;
+  while (exponent > 0) {
+    if (exponent & 1) result = mul(result, base);
+    base = mul(base, base);
+    exponent >>= 1;
+  }
+  return result;
+}
+
+/// sqrt in double, correctly rounded on both sides (IEEE's sqrt; CUDA's double sqrt is too).
+MT_HD inline double sqrt_rn(double x) {
+#if defined(__CUDA_ARCH__)
+  return __dsqrt_rn(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
+/// a / b in double, correctly rounded on both sides.
+MT_HD inline double div_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+/// Adam's scalars at update `step` (>= 1), computed in double and rounded to M: on the host from a count it knows,
+/// or in a kernel from a count in device memory (the sync-free step), with the same bits.
 template <class M>
-inline AdamCoeffs<M> adam_coeffs(const kernels::AdamHyper& h, const kernels::OptimStep& s) {
-  const double step = static_cast<double>(s.step);
-  const double bias_correction1 = 1.0 - std::pow(h.beta1, step);
-  const double bias_correction2 = 1.0 - std::pow(h.beta2, step);
+MT_HD inline AdamCoeffs<M> adam_coeffs(const kernels::AdamHyper& h, int64_t step) {
+  const double bias_correction1 = add(1.0, -power(h.beta1, step));
+  const double bias_correction2 = add(1.0, -power(h.beta2, step));
   return {static_cast<M>(h.beta1),
           static_cast<M>(h.beta2),
-          static_cast<M>(1.0 - h.beta1),
-          static_cast<M>(1.0 - h.beta2),
+          static_cast<M>(add(1.0, -h.beta1)),
+          static_cast<M>(add(1.0, -h.beta2)),
           static_cast<M>(h.eps),
           static_cast<M>(h.weight_decay),
-          static_cast<M>(1.0 - h.lr * h.weight_decay),
-          static_cast<M>(-(h.lr / bias_correction1)),
-          static_cast<M>(std::sqrt(bias_correction2)),
+          static_cast<M>(add(1.0, -mul(h.lr, h.weight_decay))),
+          static_cast<M>(-div_rn(h.lr, bias_correction1)),
+          static_cast<M>(sqrt_rn(bias_correction2)),
           !h.decoupled_weight_decay && h.weight_decay != 0,
           h.decoupled_weight_decay,
           h.maximize};

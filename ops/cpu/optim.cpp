@@ -239,10 +239,13 @@ void sgd_run(const std::array<char*, kSlots>& p, const std::array<int64_t, kSlot
   }
 }
 
+/// A parameter's update count including this update: read from its counter when it has one.
+int64_t update_count(const OptimStep& step) { return step.count != nullptr ? *step.count : step.step; }
+
 template <class T, class S, Store kStore, bool kMomentum>
 void sgd_tensor(const std::array<const Tensor*, kSlots>& ts, const SgdHyper& hyper, const OptimStep& step) {
-  const auto c = optim_math::sgd_coeffs<opmath_t<T>>(hyper, step);
-  const uint64_t key = optim_math::rounding_key(hyper.seed, step.step, step.index);
+  const auto c = optim_math::sgd_coeffs<opmath_t<T>>(hyper, step.first_momentum);
+  const uint64_t key = optim_math::rounding_key(hyper.seed, update_count(step), step.index);
   walk(ts, [&](const auto& p, const auto& s, int64_t n, int64_t first, bool contiguous) {
     if (!contiguous) return sgd_run<T, S, kStore, kMomentum, false>(p, s, n, first, c, key);
     if constexpr (kStore == Store::kMaster)
@@ -339,8 +342,9 @@ void adam_run_f32(const std::array<char*, kSlots>& p, const std::array<int64_t, 
 
 template <class T, class S, Store kStore, bool kAmsgrad>
 void adam_tensor(const std::array<const Tensor*, kSlots>& ts, const AdamHyper& hyper, const OptimStep& step) {
-  const auto c = optim_math::adam_coeffs<opmath_t<T>>(hyper, step);
-  const uint64_t key = optim_math::rounding_key(hyper.seed, step.step, step.index);
+  const int64_t count = update_count(step);
+  const auto c = optim_math::adam_coeffs<opmath_t<T>>(hyper, count);
+  const uint64_t key = optim_math::rounding_key(hyper.seed, count, step.index);
   walk(ts, [&](const auto& p, const auto& s, int64_t n, int64_t first, bool contiguous) {
     if (!contiguous) return adam_run<T, S, kStore, kAmsgrad, false>(p, s, n, first, c, key);
     if constexpr (kStore == Store::kMaster)
@@ -352,6 +356,11 @@ void adam_tensor(const std::array<const Tensor*, kSlots>& ts, const AdamHyper& h
 }
 
 // ---- choosing the instantiation ------------------------------------------------------------------
+
+/// Whether a step's found_inf (undefined: never) says to skip it.
+bool skipped(const Tensor& found_inf) {
+  return found_inf.defined() && *static_cast<const float*>(found_inf.data_ptr()) != 0.0f;
+}
 
 /// Calls f(TypeTag<T>, TypeTag<S>, std::integral_constant<Store, ...>) for parameter i of a list: its dtype, its
 /// state's and where its value lives (kernels.h, MT_KERNELS_OPTIM).
@@ -371,7 +380,9 @@ void dispatch_store(const Tensor& param, bool has_master, bool stochastic_roundi
 }  // namespace
 
 void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_buffers,
-               std::span<const Tensor> masters, std::span<const OptimStep> steps, const SgdHyper& hyper) {
+               std::span<const Tensor> masters, std::span<const OptimStep> steps, const SgdHyper& hyper,
+               const Tensor& found_inf) {
+  if (skipped(found_inf)) return;
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].numel() == 0) continue;
     const bool momentum = hyper.momentum != 0, master = !masters.empty();
@@ -388,7 +399,9 @@ void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, st
 
 void adam_step_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> exp_avgs,
                 std::span<const Tensor> exp_avg_sqs, std::span<const Tensor> max_exp_avg_sqs,
-                std::span<const Tensor> masters, std::span<const OptimStep> steps, const AdamHyper& hyper) {
+                std::span<const Tensor> masters, std::span<const OptimStep> steps, const AdamHyper& hyper,
+                const Tensor& found_inf) {
+  if (skipped(found_inf)) return;
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].numel() == 0) continue;
     const bool master = !masters.empty();
@@ -403,6 +416,11 @@ void adam_step_(std::span<const Tensor> params, std::span<const Tensor> grads, s
       else adam_tensor<T, S, decltype(store)::value, false>(ts, hyper, steps[i]);
     });
   }
+}
+
+void optim_count_steps_(std::span<const Tensor> counts, const Tensor& found_inf) {
+  if (skipped(found_inf)) return;
+  for (const Tensor& c : counts) ++*static_cast<int64_t*>(c.data_ptr());
 }
 
 }  // namespace mixtape::kernels::cpu
