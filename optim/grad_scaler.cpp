@@ -174,18 +174,24 @@ std::vector<size_t> GradScaler::non_finite_gradients(const optim::Optimizer& opt
            "before last (call it after step() or unscale_())");
 }
 
+GradScaler::OptimizerState& GradScaler::begin_step(optim::Optimizer& optimizer, const char* method) {
+  check_initialized(method);
+  OptimizerState& state = state_of(optimizer);
+  MT_CHECK(state.stage != Stage::kStepped, "GradScaler.", method, ": step() has already been called since the last ",
+           "update() (optimizer ", optimizer.name(), ")");
+  if (state.stage == Stage::kReady) unscale_impl(optimizer, state);
+  MT_CHECK(!state.found_inf_per_device.empty(), "GradScaler.", method, ": no inf checks were recorded for this ",
+           "optimizer (", optimizer.name(), "): none of its parameters has a gradient (call backward() on ",
+           "scale(loss) first)");
+  return state;
+}
+
 bool GradScaler::step(optim::Optimizer& optimizer) {
   if (!m_options.enabled) {
     optimizer.step();
     return true;
   }
-  check_initialized("step");
-  OptimizerState& state = state_of(optimizer);
-  MT_CHECK(state.stage != Stage::kStepped, "GradScaler.step: step() has already been called since the last update() ",
-           "(optimizer ", optimizer.name(), ")");
-  if (state.stage == Stage::kReady) unscale_impl(optimizer, state);
-  MT_CHECK(!state.found_inf_per_device.empty(), "GradScaler.step: no inf checks were recorded for this optimizer (",
-           optimizer.name(), "): none of its parameters has a gradient (call backward() on scale(loss) first)");
+  OptimizerState& state = begin_step(optimizer, "step");
   // The step's one host synchronisation: whether to call the optimizer at all.
   float found = 0;
   for (const Tensor& f : state.found_inf_per_device) found += f.item<float>();
@@ -201,14 +207,7 @@ void GradScaler::step_on_device(optim::Optimizer& optimizer) {
     optimizer.step();
     return;
   }
-  check_initialized("step_on_device");
-  OptimizerState& state = state_of(optimizer);
-  MT_CHECK(state.stage != Stage::kStepped, "GradScaler.step_on_device: a step has already been taken since the last ",
-           "update() (optimizer ", optimizer.name(), ")");
-  if (state.stage == Stage::kReady) unscale_impl(optimizer, state);
-  MT_CHECK(!state.found_inf_per_device.empty(), "GradScaler.step_on_device: no inf checks were recorded for this ",
-           "optimizer (", optimizer.name(), "): none of its parameters has a gradient (call backward() on ",
-           "scale(loss) first)");
+  OptimizerState& state = begin_step(optimizer, "step_on_device");
   autograd::NoGradGuard no_grad;
   // Every device's flag (each 0 or 1) in one, on the scale's device: device-to-device copies, no host read.
   Tensor found;

@@ -136,6 +136,9 @@ class GradScaler {
   /// The scale on `device` (the scale tensor itself on its own device).
   Tensor scale_on(Device device) const;
   void unscale_impl(optim::Optimizer& optimizer, OptimizerState& state);
+  /// What step() and step_on_device() (`method`) do first: check the stage, unscale unless done, check that a
+  /// gradient was seen. Returns the optimizer's state.
+  OptimizerState& begin_step(optim::Optimizer& optimizer, const char* method);
   /// Every update() ends the step: the optimizers' states move to m_last_states.
   void end_step();
 

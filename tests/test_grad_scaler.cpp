@@ -257,7 +257,7 @@ BOOST_AUTO_TEST_CASE(step_on_device_trains_as_step_does, MT_CPU_TEST) {
   GradScaler on;
   on.scale(mt::sum(mt::mul(w, constant({2.0}, {1})))).backward();
   on.step_on_device(sgd);
-  expect_error([&] { on.step_on_device(sgd); }, {"GradScaler.step_on_device", "already been taken", "SGD"});
+  expect_error([&] { on.step_on_device(sgd); }, {"GradScaler.step_on_device", "step() has already been called", "SGD"});
 }
 
 // The unscale pass flags each gradient that held inf/NaN, in the same pass as found_inf: non_finite_gradients()
