@@ -7,9 +7,9 @@ weights, data, batch size (128), optimizer (AdamW lr 1e-3) and epochs are traine
   pytorch        torch.autocast + torch.amp.GradScaler, torch.optim.AdamW with its defaults (foreach on CUDA)
   pytorch fused  the same with AdamW(fused=True)
 each with the whole training set resident on the device (normalised once; a permutation per epoch drawn there,
-batches gathered with index_select there) and timed alike (bench/mnist_gpu.cpp says how): steady-state step time, samples/s,
-time per epoch, peak device memory during training beyond the dataset's, final test accuracy. The ratio column is
-PyTorch's step time over mixtape's (above 1: mixtape is faster).
+batches gathered with index_select there) and timed alike (bench/mnist_gpu.cpp says how): steady-state step time,
+samples/s, time per epoch, peak device memory during training beyond the dataset's, final test accuracy. The ratio
+column is PyTorch's step time over mixtape's (above 1: mixtape is faster).
 
 The PyTorch side needs only what the lent GPU machine has (PyTorch; safetensors when importable, else the format's
 few lines read here). --device cpu runs everything on the CPU to check the plumbing (PyTorch's CPU autocast has no
@@ -129,7 +129,7 @@ def make_model(name, hidden, weights):
     return model
 
 
-# ---- PyTorch's training, timed as bench_mnist_gpu times mixtape's ------------------------------------------------------
+# ---- PyTorch's training, timed as bench_mnist_gpu times mixtape's ----------------------------------------------------
 
 def sync(device):
     if device.type == "cuda":
@@ -197,7 +197,8 @@ def train_pytorch(args, model_name, precision, weights, fused, data):
                 logits = model(test_x[i:i + 1000])
             hits += (logits.argmax(1) == test_y[i:i + 1000]).sum()
     steady_steps = steps - warmup
-    return {"framework": "pytorch fused" if fused else "pytorch", "model": model_label(args, model_name), "precision": precision,
+    return {"framework": "pytorch fused" if fused else "pytorch", "model": model_label(args, model_name),
+            "precision": precision,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "steps": steps * args.epochs, "step_ms": 1e3 * steady_seconds / steady_steps,
             "samples_per_s": steady_steps * args.batch_size / steady_seconds, "epoch_s": train_seconds / args.epochs,
@@ -205,7 +206,7 @@ def train_pytorch(args, model_name, precision, weights, fused, data):
             "accuracy": hits.item() / test_x.shape[0], "torch": torch.__version__}
 
 
-# ---- the run -----------------------------------------------------------------------------------------------------------
+# ---- the run ---------------------------------------------------------------------------------------------------------
 
 def model_label(args, model_name):
     return f"mlp{args.hidden}" if model_name == "mlp" and args.hidden != 512 else model_name
@@ -213,9 +214,10 @@ def model_label(args, model_name):
 
 def run_mixtape(args, model_name, precision, weights):
     exe = os.path.join(args.build, "bench", "bench_mnist_gpu")
-    cmd = [exe, "--model", model_name, "--hidden", str(args.hidden), "--precision", precision, "--device", args.device, "--data", args.data,
-           "--weights-out", weights, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-           "--warmup", str(args.warmup), "--max-steps", str(args.max_steps), "--seed", str(args.seed)]
+    cmd = [exe, "--model", model_name, "--hidden", str(args.hidden), "--precision", precision, "--device", args.device,
+           "--data", args.data, "--weights-out", weights, "--epochs", str(args.epochs),
+           "--batch-size", str(args.batch_size), "--warmup", str(args.warmup), "--max-steps", str(args.max_steps),
+           "--seed", str(args.seed)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 

@@ -415,7 +415,11 @@ InspectReport Inspect::report() const {
     for (size_t i = 0; i < nf.params.size() && i < flags.size(); ++i)
       if (flags[i] != 0) r.non_finite_parameters.push_back(s.name_of(nf.params[i]));
   }
+  // A step whose gradients held inf or NaN was skipped by the GradScaler (step() never called the optimizer;
+  // step_on_device() called it and its kernels changed nothing): no update to meter either way.
+  const bool skipped = !r.non_finite_parameters.empty();
   for (const State::Update& u : s.updates) {
+    if (skipped) break;
     const DType param_dtype = u.param.dtype();
     const DType model = is_reduced_float(param_dtype) ? param_dtype
                         : s.options.model_dtype       ? *s.options.model_dtype

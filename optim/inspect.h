@@ -98,7 +98,8 @@ struct ParameterUpdate {
 /// Everything report() read back, and what it suggests.
 struct InspectReport {
   std::vector<OpStats> ops;               // in forward order
-  std::vector<ParameterUpdate> updates;   // the parameters an optimizer updated inside the scope
+  std::vector<ParameterUpdate> updates;   // the parameters an optimizer updated inside the scope (none when the
+                                          // GradScaler skipped the step: see non_finite_parameters)
   double loss_scale = 1.0;                // the GradScaler's scale seen by scale(loss), 1 without one
   bool profiled = false;                  // InspectOptions::profile: the ops' seconds are measured
   DType autocast_dtype = DType::kF32;     // the lowest precision an op ran in (f16, bf16), else f32

@@ -236,6 +236,28 @@ BOOST_AUTO_TEST_CASE(an_injected_inf_is_attributed_to_its_parameter_and_op, MT_C
   BOOST_TEST(r.table().find("first non-finite gradient in backward: #") != std::string::npos);
 }
 
+// The same step skipped on the device (step_on_device: the optimizer ran and changed nothing): the same attribution,
+// and, as with step(), no update to meter.
+BOOST_AUTO_TEST_CASE(a_step_skipped_on_the_device_reports_as_a_skipped_step, MT_CPU_TEST) {
+  for (bool on_device : {false, true}) {
+    BOOST_TEST_CONTEXT((on_device ? "step_on_device" : "step")) {
+      Tensor a = leaf({1, 0, 4}, {3}), b = leaf({1, 2, 3}, {3});
+      mt::optim::SGD opt({a, b}, {.lr = 0.1});
+      mt::amp::GradScaler scaler({.init_scale = 1024.0});
+      Inspect inspect({.parameters = {{"a", a}, {"b", b}}});
+      scaler.scale(mt::sum(mt::sqrt(a)) + mt::sum(mt::mul(b, 2.0))).backward();
+      if (on_device) scaler.step_on_device(opt);
+      else BOOST_TEST(!scaler.step(opt));
+      scaler.update();
+      BOOST_TEST(scaler.skipped_steps() == 1);
+      const InspectReport r = inspect.report();
+      BOOST_TEST(r.non_finite_parameters == std::vector<std::string>{"a"}, boost::test_tools::per_element());
+      BOOST_TEST(r.updates.empty(), r.table());
+      BOOST_TEST(!advises(r, "keep f32 master weights"), r.table());
+    }
+  }
+}
+
 // The lost-update meter at f16's ulp boundary: weights at 1 (ulp 2^-10), updates of lr · 1.
 BOOST_AUTO_TEST_CASE(lost_updates_against_half_an_ulp, MT_CPU_TEST) {
   for (const auto& [lr, model, lost] : std::vector<std::tuple<double, DType, bool>>{

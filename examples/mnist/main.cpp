@@ -222,7 +222,7 @@ mt::StateDict part_on(const mt::data::Checkpoint& checkpoint, const std::string&
   return out;
 }
 
-// ---- the data on the device, the evaluation --------------------------------------------------------------------------
+// ---- the data on the device, the evaluation -------------------------------------------------------------------------
 
 /// A split kept on the device: images normalised once as the DataLoader normalises them, and labels.
 struct ResidentSplit {

@@ -6,8 +6,8 @@
 // rounding here in opmath (f32 for f16/bf16/f32 data, f64 for f64): an f32 update is PyTorch's to an ulp or so. The
 // scalars PyTorch computes in Python (1 − dampening, the bias corrections, 1 − lr·weight_decay) are computed in
 // double once per tensor (sgd_coeffs, adam_coeffs: on the host, or in the kernel when the update count lives on the
-// device, with the same bits) and rounded to opmath, as PyTorch's scalar arguments are. Products and sums go through mul/add, which in device code forbid nvcc's contraction into an FMA:
-// the CUDA kernels give the CPU's bits.
+// device, with the same bits) and rounded to opmath, as PyTorch's scalar arguments are. Products and sums go through
+// mul/add, which in device code forbid nvcc's contraction into an FMA: the CUDA kernels give the CPU's bits.
 //
 // Where the parameter lives (kernels.h, MT_KERNELS_OPTIM): in the parameter itself (Store::kNearest), in an f32
 // master that is written back rounded to nearest (Store::kMaster), or in a bf16 parameter that receives the f32
