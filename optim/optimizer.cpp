@@ -259,6 +259,9 @@ Tensor& Optimizer::begin_update(size_t i) {
   const Tensor& p = parameters_at(i);
   if (has_master(p) && !s.has("master")) s.buffers.emplace_back("master", raw::clone(raw::to(p, DType::kF32)));
   if (!s.step.defined()) s.step = zeros({}, TensorOptions(DType::kI64).device(p.device()));
+  // A count is a count on any device: it follows a parameter moved after its first step (an optimizer without
+  // buffers, plain SGD, may go on; one with buffers is stopped by gradient_buckets' check).
+  if (s.step.device() != p.device()) s.step = raw::to(s.step, p.device());
   amp::detail::inspect_note_update(p, has_master(p) ? s.buffer("master") : p);  // the lost-update meter
   return s.step;
 }

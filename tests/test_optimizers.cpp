@@ -648,6 +648,29 @@ BOOST_AUTO_TEST_CASE(steps_on_cuda_match_the_cpu, MT_GPU_TEST) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_parameter_moved_after_its_first_step_takes_its_count_along, MT_GPU_TEST) {
+  // Plain SGD keeps no buffers, so its parameters may change device between steps (as in PyTorch): the update count,
+  // which lives beside the parameter, follows it (the kernels read it where the parameter is).
+  mt::nn::Linear moved(4, 3), kept(4, 3);
+  for (size_t i = 0; i < kept.parameters().size(); ++i) kept.parameters()[i].detach().copy_(moved.parameters()[i]);
+  opt::SGD on_both(moved.parameters(), {.lr = 0.1}), on_cpu(kept.parameters(), {.lr = 0.1});
+  const Tensor x = mt::test::randn_seeded({5, 4}, DType::kF32, 11);
+  for (int step = 0; step < 3; ++step) {
+    if (step == 1) moved.to(Device::cuda());
+    if (step == 2) moved.to(Device::cpu());
+    const Device here = step == 1 ? Device::cuda() : Device::cpu();
+    on_both.zero_grad();
+    on_cpu.zero_grad();
+    mt::sum(moved.forward(x.to(here))).backward();
+    mt::sum(kept.forward(x)).backward();
+    on_both.step();
+    on_cpu.step();
+  }
+  for (size_t i = 0; i < kept.parameters().size(); ++i)
+    expect_same_bits(moved.parameters()[i].detach(), kept.parameters()[i].detach(), "parameter after the moves");
+  BOOST_TEST(on_both.state_dict().at("state.0.step").item<int64_t>() == 3);
+}
+
 BOOST_AUTO_TEST_CASE(a_gradient_on_another_device_cannot_be_set, MT_GPU_TEST) {
   // "A parameter on two devices": Tensor::set_grad refuses it, and step() would name it too.
   Tensor w = leaf(mt::test::gpu(mt::ones({2, 3})));
