@@ -31,6 +31,7 @@
 #include <mixtape/mixtape.h>
 
 #include "models.h"
+#include "resident.h"
 
 namespace {
 
@@ -59,29 +60,6 @@ void sync(mt::Device device) {
   if (device.is_cuda()) mt::cuda::synchronize();
 }
 
-/// examples/mnist's MLP with hidden layers of any width (784-H-H-10, ReLU; its parameters named alike).
-struct WideMlp : mnist::Model {
-  mt::nn::Flatten flatten;
-  mt::nn::Linear fc1, fc2, fc3;
-  explicit WideMlp(int64_t hidden) : fc1(784, hidden), fc2(hidden, hidden), fc3(hidden, 10) {
-    register_module("fc1", fc1);
-    register_module("fc2", fc2);
-    register_module("fc3", fc3);
-  }
-  mt::Tensor forward(const mt::Tensor& x) override {
-    mt::Tensor h = mt::relu(fc1(flatten(x)));  // (B, H)
-    h = mt::relu(fc2(h));                      // (B, H)
-    return fc3(h);                             // (B, 10)
-  }
-};
-
-/// A split's images, normalised as examples/mnist's DataLoader does, and labels, as tensors on `device`.
-std::pair<mt::Tensor, mt::Tensor> resident(const mt::data::MNIST& split, mt::Device device) {
-  mt::data::DataLoader all(split, {.batch_size = split.size(), .prefetch = false, .device = device});
-  mt::data::Batch batch = *all.begin();
-  return {batch.x, batch.y};
-}
-
 int run(const Options& opt) {
   const mt::Device device = opt.device == "cuda" ? mt::Device::cuda() : mt::Device::cpu();
   MT_CHECK(!device.is_cuda() || mt::cuda::is_available(), "--device cuda: ", mt::cuda::unavailable_reason());
@@ -90,13 +68,12 @@ int run(const Options& opt) {
 
   mt::manual_seed(opt.seed);
   std::unique_ptr<mnist::Model> model;
-  if (opt.model == "mlp" && opt.hidden != 512)
-    model = std::make_unique<WideMlp>(opt.hidden);
+  if (opt.model == "mlp")
+    model = std::make_unique<mnist::Mlp>(opt.hidden);
   else
     model = mnist::make_model(opt.model);
   if (!opt.weights_out.empty()) mt::data::save_safetensors(opt.weights_out, model->state_dict());
-  const auto [train_x, train_y] = resident(train, device);
-  const auto [test_x, test_y] = resident(test, device);
+  const mnist::ResidentSplit train_data(train, device), test_data(test, device);
   sync(device);
   const int64_t baseline = mt::cuda::memory_stats().allocated_bytes;  // the dataset's (0 on the CPU)
   mt::cuda::reset_peak_memory_stats();
@@ -122,8 +99,7 @@ int run(const Options& opt) {
         sync(device);
         steady_start = Clock::now();
       }
-      const mt::Tensor idx = perm.slice(0, s * opt.batch_size, (s + 1) * opt.batch_size);
-      const mt::Tensor x = mt::index_select(train_x, 0, idx), y = mt::index_select(train_y, 0, idx);
+      const auto [x, y] = train_data.batch(perm, s * opt.batch_size, opt.batch_size);
       optimizer.zero_grad();
       {
         mt::amp::Autocast ac(bf16 ? mt::kBF16 : mt::kF16, fp16 || bf16);
@@ -150,8 +126,8 @@ int run(const Options& opt) {
   for (int64_t i = 0; i < test.size(); i += 1000) {
     const int64_t e = std::min(test.size(), i + 1000);
     mt::amp::Autocast ac(bf16 ? mt::kBF16 : mt::kF16, fp16 || bf16);
-    const mt::Tensor logits = model->forward(test_x.slice(0, i, e));
-    hits = hits + mt::sum(mt::eq(mt::argmax(logits, 1), test_y.slice(0, i, e)).to(mt::kF32));
+    const mt::Tensor logits = model->forward(test_data.x.slice(0, i, e));
+    hits = hits + mt::sum(mt::eq(mt::argmax(logits, 1), test_data.y.slice(0, i, e)).to(mt::kF32));
   }
   const double steady_steps = static_cast<double>(steps - warmup);
   nlohmann::json result = {

@@ -36,6 +36,7 @@
 
 #include "models.h"
 #include "progress.h"
+#include "resident.h"
 
 // OpenBLAS's OpenMP build (what mixtape links when it can) follows omp_set_num_threads; its pthreads build keeps a
 // pool of its own, which needs telling. Weak, so that a BLAS without this knob still links and runs.
@@ -224,23 +225,7 @@ mt::StateDict part_on(const mt::data::Checkpoint& checkpoint, const std::string&
 
 // ---- the data on the device, the evaluation -------------------------------------------------------------------------
 
-/// A split kept on the device: images normalised once as the DataLoader normalises them, and labels.
-struct ResidentSplit {
-  Tensor x;  // (N, 1, 28, 28) f32
-  Tensor y;  // (N) i64
-  ResidentSplit(const mt::data::MNIST& split, mt::Device device) {
-    mt::data::DataLoader all(split, {.batch_size = std::max<int64_t>(split.size(), 1), .prefetch = false});
-    const mt::data::Batch batch = *all.begin();
-    x = batch.x.to(device);
-    y = batch.y.to(device);
-  }
-  int64_t size() const { return y.size(0); }
-  /// Samples [start, start + count) of `order` ((N) i64 on the device), gathered on the device.
-  mt::data::Batch batch(const Tensor& order, int64_t start, int64_t count) const {
-    const Tensor idx = order.slice(0, start, start + count);
-    return {mt::index_select(x, 0, idx), mt::index_select(y, 0, idx)};
-  }
-};
+using mnist::ResidentSplit;
 
 /// One epoch's training batches in order: the DataLoader's (the CPU), or gathered on the device from a resident
 /// split in an order drawn there (a GPU). Both shuffle by the epoch's seed and drop the last partial batch.

@@ -17,18 +17,18 @@ struct Model : mt::nn::Module {
   virtual mt::Tensor forward(const mt::Tensor& x) = 0;  // (B, 1, 28, 28) -> (B, 10)
 };
 
-/// 784-512-512-10 with ReLU.
+/// 784-512-512-10 with ReLU (784-H-H-10 for another hidden width H).
 struct Mlp : Model {
   mt::nn::Flatten flatten;
-  mt::nn::Linear fc1{784, 512}, fc2{512, 512}, fc3{512, 10};
-  Mlp() {
+  mt::nn::Linear fc1, fc2, fc3;
+  explicit Mlp(int64_t hidden = 512) : fc1(784, hidden), fc2(hidden, hidden), fc3(hidden, 10) {
     register_module("fc1", fc1);
     register_module("fc2", fc2);
     register_module("fc3", fc3);
   }
   mt::Tensor forward(const mt::Tensor& x) override {
-    mt::Tensor h = mt::relu(fc1(flatten(x)));  // (B, 512)
-    h = mt::relu(fc2(h));                      // (B, 512)
+    mt::Tensor h = mt::relu(fc1(flatten(x)));  // (B, H)
+    h = mt::relu(fc2(h));                      // (B, H)
     return fc3(h);                             // (B, 10)
   }
 };
