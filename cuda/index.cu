@@ -204,6 +204,22 @@ Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const T
 
 namespace {
 
+/// One CUB radix sort (stable) of (key, value) pairs over key bits [0, end_bit): keys_in/values (positions, i64)
+/// into keys_out/values_out, on the launch stream, its scratch from the caching allocator. `op` names the caller.
+template <class K>
+void sort_pairs(const K* keys_in, K* keys_out, const Tensor& values, const Tensor& values_out, int end_bit,
+                const char* op) {
+  const int64_t n = values.numel();
+  auto sort = [&](void* temp, size_t& temp_bytes) {
+    return cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, values.data<int64_t>(),
+                                           values_out.data<int64_t>(), n, 0, end_bit, launch_stream());
+  };
+  size_t temp_bytes = 0;
+  MT_CUDA_CHECK(sort(nullptr, temp_bytes), op, ": sizing the radix sort of ", n, " keys");
+  Tensor temp = empty({static_cast<int64_t>(temp_bytes) + 1}, TensorOptions(DType::kU8).device(values.device()));
+  MT_CUDA_CHECK(sort(temp.data_ptr(), temp_bytes), op, ": radix sort of ", n, " keys on ", values.device());
+}
+
 /// Calls f(TypeTag<I>{}) for an index dtype (kI64 or kI32; the entry point has checked which).
 template <class F>
 void dispatch_index(DType t, F&& f) {
@@ -352,16 +368,7 @@ Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index_in, const 
     });
     int end_bit = 1;
     while (end_bit < 63 && (int64_t{1} << end_bit) <= a.C) ++end_bit;
-    size_t temp_bytes = 0;
-    MT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys.data<int64_t>(),
-                                                  keys_sorted.data<int64_t>(), positions.data<int64_t>(),
-                                                  positions_sorted.data<int64_t>(), k, 0, end_bit, launch_stream()),
-                  "index_add: sizing the radix sort of ", k, " indices");
-    Tensor temp = empty({static_cast<int64_t>(temp_bytes) + 1}, TensorOptions(DType::kU8).device(device));
-    MT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, keys.data<int64_t>(),
-                                                  keys_sorted.data<int64_t>(), positions.data<int64_t>(),
-                                                  positions_sorted.data<int64_t>(), k, 0, end_bit, launch_stream()),
-                  "index_add: radix sort of ", k, " indices on ", device);
+    sort_pairs(keys.data<int64_t>(), keys_sorted.data<int64_t>(), positions, positions_sorted, end_bit, "index_add");
   }
   run_starts_kernel<<<grid_blocks(a.C + 1), kBlockThreads, 0, launch_stream()>>>(starts.data<int64_t>(),
                                                                               keys_sorted.data<int64_t>(), k, a.C);
@@ -401,15 +408,8 @@ Tensor randperm(int64_t n, uint64_t seed, uint64_t offset, Device device) {
   permutation_keys_kernel<<<grid_blocks(n), kBlockThreads, 0, launch_stream()>>>(
       static_cast<uint64_t*>(keys.data_ptr()), positions.data<int64_t>(), n, seed, offset);
   MT_CUDA_CHECK_LAUNCH("permutation_keys_kernel (", n, " positions on ", device, ")");
-  auto sort = [&](void* temp, size_t& temp_bytes) {
-    return cub::DeviceRadixSort::SortPairs(temp, temp_bytes, static_cast<const uint64_t*>(keys.data_ptr()),
-                                           static_cast<uint64_t*>(keys_sorted.data_ptr()), positions.data<int64_t>(),
-                                           out.data<int64_t>(), n, 0, 64, launch_stream());
-  };
-  size_t temp_bytes = 0;
-  MT_CUDA_CHECK(sort(nullptr, temp_bytes), "randperm: sizing the radix sort of ", n, " keys");
-  Tensor temp = empty({static_cast<int64_t>(temp_bytes) + 1}, TensorOptions(DType::kU8).device(device));
-  MT_CUDA_CHECK(sort(temp.data_ptr(), temp_bytes), "randperm: radix sort of ", n, " keys on ", device);
+  sort_pairs(static_cast<const uint64_t*>(keys.data_ptr()), static_cast<uint64_t*>(keys_sorted.data_ptr()), positions,
+             out, 64, "randperm");
   return out;
 }
 

@@ -174,6 +174,16 @@ std::vector<size_t> GradScaler::non_finite_gradients(const optim::Optimizer& opt
            "before last (call it after step() or unscale_())");
 }
 
+Tensor GradScaler::any_found_inf(const std::vector<Tensor>& flags) const {
+  Tensor any;
+  for (const Tensor& f : flags) {
+    const Tensor here = raw::to(f, m_scale.device());
+    if (!any.defined()) any = raw::clone(here);
+    else kernels::binary_(kernels::BinaryOp::kMaximum, any, here);
+  }
+  return any;
+}
+
 GradScaler::OptimizerState& GradScaler::begin_step(optim::Optimizer& optimizer, const char* method) {
   check_initialized(method);
   OptimizerState& state = state_of(optimizer);
@@ -209,13 +219,7 @@ void GradScaler::step_on_device(optim::Optimizer& optimizer) {
   }
   OptimizerState& state = begin_step(optimizer, "step_on_device");
   autograd::NoGradGuard no_grad;
-  // Every device's flag (each 0 or 1) in one, on the scale's device: device-to-device copies, no host read.
-  Tensor found;
-  for (const Tensor& f : state.found_inf_per_device) {
-    const Tensor here = raw::to(f, m_scale.device());
-    if (!found.defined()) found = raw::clone(here);
-    else kernels::binary_(kernels::BinaryOp::kMaximum, found, here);
-  }
+  const Tensor found = any_found_inf(state.found_inf_per_device);
   optimizer.step(found);
   if (!m_skipped.defined()) m_skipped = zeros({1}, TensorOptions(DType::kF32).device(m_scale.device()));
   kernels::binary_(kernels::BinaryOp::kAdd, m_skipped, found);
@@ -232,13 +236,10 @@ void GradScaler::update() {
   if (!m_options.enabled) return;
   check_initialized("update");
   autograd::NoGradGuard no_grad;
-  Tensor combined;  // Σ of every optimizer's found_inf on every device, on the scale's device
-  for (const OptimizerState& s : m_states)
-    for (const Tensor& f : s.found_inf_per_device) {
-      const Tensor here = raw::to(f, m_scale.device());
-      if (!combined.defined()) combined = raw::clone(here);
-      else kernels::binary_(kernels::BinaryOp::kAdd, combined, here);
-    }
+  std::vector<Tensor> flags;  // every optimizer's found_inf on every device
+  for (const OptimizerState& s : m_states) flags.insert(flags.end(), s.found_inf_per_device.begin(),
+                                                         s.found_inf_per_device.end());
+  const Tensor combined = any_found_inf(flags);
   MT_CHECK(combined.defined(), "GradScaler.update: no inf checks were recorded prior to update(); call step(optimizer) ",
            "(or unscale_) for each optimizer of this iteration first");
   kernels::amp_update_scale_(m_scale, m_growth_tracker, combined, m_options.growth_factor, m_options.backoff_factor,
