@@ -1,14 +1,13 @@
 // cuda/optim.cu — the optimizer step kernels on the GPU: SGD, Adam and AdamW over a list of parameters.
 //
-// Each parameter of the list is one grid-stride launch over its elements (any layouts, cuda/launch.cuh's
-// offsets); a thread loads the element's gradient, state, master and parameter once, applies the formula of
-// ops/backend/optim_math.h — the very function the CPU loop calls, with products and sums that are never fused into
-// an FMA — and stores once, so the GPU's bits are the CPU's. The sync-free step: a kernel reads the loss scaler's
-// found-inf flag and the parameter's update count from device memory (the count advanced, or not, by
-// count_steps_kernel before it) and computes its scalars there (optim_math's adam_coeffs and rounding_key, the
-// CPU's functions), so a skipped step costs no host read. Launches that cover many tensors at once are the GPU
-// issue's work; they will take these launchers' place without changing the kernels' contract
-// (ops/backend/kernels.h, MT_KERNELS_OPTIM).
+// One launch updates many parameters (cuda/chunks.cuh: the parameters whose tensors are all contiguous, grouped by
+// dtype, cut into chunks of a table passed as a kernel parameter); a parameter with a strided operand gets a
+// grid-stride launch of its own (cuda/launch.cuh's offsets). Either way a thread loads an element's gradient,
+// state, master and parameter once, applies the formula of ops/backend/optim_math.h — the very function the CPU
+// loop calls, with products and sums that are never fused into an FMA — and stores once, so the GPU's bits are the
+// CPU's. The sync-free step: a kernel reads the loss scaler's found-inf flag and each parameter's update count
+// from device memory (the count advanced, or not, by count_steps_kernel before it) and computes its scalars there
+// (optim_math's adam_coeffs and rounding_key, the CPU's functions), so a skipped step costs no host read.
 #include <mixtape/ops/backend/kernels.h>
 
 #include <algorithm>
@@ -20,6 +19,7 @@
 
 #include <mixtape/core/dtype.h>
 #include <mixtape/core/strided_loop.h>
+#include <mixtape/cuda/chunks.cuh>
 #include <mixtape/cuda/launch.cuh>
 #include <mixtape/ops/backend/optim_math.h>
 
@@ -46,29 +46,55 @@ StepRef step_ref(const OptimStep& s) { return {s.step, s.count, s.index}; }
 /// Whether the step is skipped: found_inf (null: never) is nonzero.
 __device__ inline bool skipped(const float* found_inf) { return found_inf != nullptr && *found_inf != 0.0f; }
 
-/// SGD over one parameter: param T (L's shape), grad T, momentum buffer S (with kMomentum), master f32 (kMaster).
+/// One element's SGD update: param T, grad T, momentum buffer S (with kMomentum), master f32 (kMaster) at the
+/// offsets `off`; i is the element's index in its parameter (of its stochastic rounding).
+template <class T, class S, Store kStore, bool kMomentum>
+__device__ __forceinline__ void sgd_element(T* param, const T* grad, S* momentum_buffer, float* master,
+                                            const int64_t (&off)[kSlots], int64_t i,
+                                            const optim_math::SgdCoeffs<opmath_t<T>>& c, uint64_t key) {
+  using M = opmath_t<T>;
+  float* master_at = kStore == Store::kMaster ? master + off[kMaster] : nullptr;
+  M buf = M(0);
+  if constexpr (kMomentum) buf = static_cast<M>(momentum_buffer[off[kState0]]);
+  const M p = optim_math::load_param<kStore, optim_math::CoreConvert, T, M>(param + off[kParam], master_at);
+  const M updated = optim_math::sgd_update<kMomentum>(p, static_cast<M>(grad[off[kGrad]]), buf, c);
+  if constexpr (kMomentum) momentum_buffer[off[kState0]] = convert<S>(buf);
+  optim_math::store_param<kStore, optim_math::CoreConvert, T, M>(param + off[kParam], master_at, updated, key, i);
+}
+
+/// One element's Adam update: param T, grad T, exp_avg, exp_avg_sq and (kAmsgrad) max_exp_avg_sq S, master f32
+/// (kMaster) at the offsets `off`; i as sgd_element's.
+template <class T, class S, Store kStore, bool kAmsgrad>
+__device__ __forceinline__ void adam_element(T* param, const T* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_avg_sq,
+                                             float* master, const int64_t (&off)[kSlots], int64_t i,
+                                             const optim_math::AdamCoeffs<opmath_t<T>>& c, uint64_t key) {
+  using M = opmath_t<T>;
+  float* master_at = kStore == Store::kMaster ? master + off[kMaster] : nullptr;
+  M m = static_cast<M>(exp_avg[off[kState0]]), v = static_cast<M>(exp_avg_sq[off[kState1]]), vmax = M(0);
+  if constexpr (kAmsgrad) vmax = static_cast<M>(max_exp_avg_sq[off[kState2]]);
+  const M p = optim_math::load_param<kStore, optim_math::CoreConvert, T, M>(param + off[kParam], master_at);
+  const M updated = optim_math::adam_update<kAmsgrad>(p, static_cast<M>(grad[off[kGrad]]), m, v, vmax, c);
+  exp_avg[off[kState0]] = convert<S>(m);
+  exp_avg_sq[off[kState1]] = convert<S>(v);
+  if constexpr (kAmsgrad) max_exp_avg_sq[off[kState2]] = convert<S>(vmax);
+  optim_math::store_param<kStore, optim_math::CoreConvert, T, M>(param + off[kParam], master_at, updated, key, i);
+}
+
+/// SGD over one parameter of any layout (L's shape).
 template <class T, class S, Store kStore, bool kMomentum>
 __global__ void __launch_bounds__(kBlockThreads)
     sgd_kernel(T* param, const T* grad, S* momentum_buffer, float* master, OffsetLayout<kSlots> L,
                optim_math::SgdCoeffs<opmath_t<T>> c, uint64_t seed, StepRef step, const float* found_inf) {
-  using M = opmath_t<T>;
   if (skipped(found_inf)) return;
   const uint64_t key = optim_math::rounding_key(seed, step.get(), step.index);
   for (int64_t i = first_index(); i < L.numel; i += grid_stride()) {
     int64_t off[kSlots];
     element_offsets(L, i, off);
-    float* master_at = kStore == Store::kMaster ? master + off[kMaster] : nullptr;
-    M buf = M(0);
-    if constexpr (kMomentum) buf = static_cast<M>(momentum_buffer[off[kState0]]);
-    const M p = optim_math::load_param<kStore, optim_math::CoreConvert, T, M>(param + off[kParam], master_at);
-    const M updated = optim_math::sgd_update<kMomentum>(p, static_cast<M>(grad[off[kGrad]]), buf, c);
-    if constexpr (kMomentum) momentum_buffer[off[kState0]] = convert<S>(buf);
-    optim_math::store_param<kStore, optim_math::CoreConvert, T, M>(param + off[kParam], master_at, updated, key, i);
+    sgd_element<T, S, kStore, kMomentum>(param, grad, momentum_buffer, master, off, i, c, key);
   }
 }
 
-/// Adam over one parameter: param T (L's shape), grad T, exp_avg, exp_avg_sq and (kAmsgrad) max_exp_avg_sq S,
-/// master f32 (kMaster).
+/// Adam over one parameter of any layout (L's shape).
 template <class T, class S, Store kStore, bool kAmsgrad>
 __global__ void __launch_bounds__(kBlockThreads)
     adam_kernel(T* param, const T* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_avg_sq, float* master,
@@ -81,15 +107,56 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int64_t i = first_index(); i < L.numel; i += grid_stride()) {
     int64_t off[kSlots];
     element_offsets(L, i, off);
-    float* master_at = kStore == Store::kMaster ? master + off[kMaster] : nullptr;
-    M m = static_cast<M>(exp_avg[off[kState0]]), v = static_cast<M>(exp_avg_sq[off[kState1]]), vmax = M(0);
-    if constexpr (kAmsgrad) vmax = static_cast<M>(max_exp_avg_sq[off[kState2]]);
-    const M p = optim_math::load_param<kStore, optim_math::CoreConvert, T, M>(param + off[kParam], master_at);
-    const M updated = optim_math::adam_update<kAmsgrad>(p, static_cast<M>(grad[off[kGrad]]), m, v, vmax, c);
-    exp_avg[off[kState0]] = convert<S>(m);
-    exp_avg_sq[off[kState1]] = convert<S>(v);
-    if constexpr (kAmsgrad) max_exp_avg_sq[off[kState2]] = convert<S>(vmax);
-    optim_math::store_param<kStore, optim_math::CoreConvert, T, M>(param + off[kParam], master_at, updated, key, i);
+    adam_element<T, S, kStore, kAmsgrad>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master, off, i, c, key);
+  }
+}
+
+/// A run's parameter in a multi-tensor launch: its update count, and (SGD) whether its momentum buffer is new.
+struct RunStep {
+  StepRef step;
+  bool first_momentum;
+};
+/// 32 runs of 6 pointers, 2 element bounds, a first block and a RunStep: about 3.2 KiB.
+using OptimChunks = ChunkList<kSlots, 32, RunStep>;
+
+/// SGD over the chunks of many contiguous parameters of one dtype (cuda/chunks.cuh); c's first_momentum is each
+/// run's.
+template <class T, class S, Store kStore, bool kMomentum>
+__global__ void __launch_bounds__(kBlockThreads)
+    sgd_chunks_kernel(const __grid_constant__ OptimChunks l, optim_math::SgdCoeffs<opmath_t<T>> c, uint64_t seed,
+                      const float* found_inf) {
+  if (skipped(found_inf)) return;
+  const BlockChunk b = block_chunk(l);
+  const RunStep& run = l.extra[b.run];
+  c.first_momentum = run.first_momentum;
+  const uint64_t key = optim_math::rounding_key(seed, run.step.get(), run.step.index);
+  void* const* ptr = l.ptr[b.run];
+  for (int64_t i = b.start + threadIdx.x; i < b.stop; i += blockDim.x) {
+    const int64_t off[kSlots] = {i, i, i, i, i, i};
+    sgd_element<T, S, kStore, kMomentum>(static_cast<T*>(ptr[kParam]), static_cast<const T*>(ptr[kGrad]),
+                                         static_cast<S*>(ptr[kState0]), static_cast<float*>(ptr[kMaster]), off, i, c,
+                                         key);
+  }
+}
+
+/// Adam over the chunks of many contiguous parameters of one dtype (cuda/chunks.cuh).
+template <class T, class S, Store kStore, bool kAmsgrad>
+__global__ void __launch_bounds__(kBlockThreads)
+    adam_chunks_kernel(const __grid_constant__ OptimChunks l, AdamHyper hyper, const float* found_inf) {
+  using M = opmath_t<T>;
+  if (skipped(found_inf)) return;
+  const BlockChunk b = block_chunk(l);
+  const StepRef& step = l.extra[b.run].step;
+  const int64_t count = step.get();
+  const optim_math::AdamCoeffs<M> c = optim_math::adam_coeffs<M>(hyper, count);
+  const uint64_t key = optim_math::rounding_key(hyper.seed, count, step.index);
+  void* const* ptr = l.ptr[b.run];
+  for (int64_t i = b.start + threadIdx.x; i < b.stop; i += blockDim.x) {
+    const int64_t off[kSlots] = {i, i, i, i, i, i};
+    adam_element<T, S, kStore, kAmsgrad>(static_cast<T*>(ptr[kParam]), static_cast<const T*>(ptr[kGrad]),
+                                         static_cast<S*>(ptr[kState0]), static_cast<S*>(ptr[kState1]),
+                                         static_cast<S*>(ptr[kState2]), static_cast<float*>(ptr[kMaster]), off, i, c,
+                                         key);
   }
 }
 
@@ -109,6 +176,11 @@ OffsetLayout<kSlots> layout_of(const std::array<const Tensor*, kSlots>& ts) {
 template <class X>
 X* ptr(const Tensor* t) {
   return t != nullptr ? static_cast<X*>(t->data_ptr()) : nullptr;
+}
+
+/// A run's operand pointers in a multi-tensor table (null for an absent operand).
+void fill_pointers(void* (&out)[kSlots], const std::array<const Tensor*, kSlots>& ts) {
+  for (int k = 0; k < kSlots; ++k) out[k] = ts[k] != nullptr ? ts[k]->data_ptr() : nullptr;
 }
 
 /// Calls f(TypeTag<T>, TypeTag<S>, std::integral_constant<Store, ...>) for a parameter: its dtype, its state's and
@@ -135,10 +207,39 @@ void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, st
   DeviceGuard guard(params[0].device());
   const bool momentum = hyper.momentum != 0, master = !masters.empty();
   const float* skip = found_inf.defined() ? static_cast<const float*>(found_inf.data_ptr()) : nullptr;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (params[i].numel() == 0) continue;
-    const std::array<const Tensor*, kSlots> ts = {&params[i], &grads[i], momentum ? &momentum_buffers[i] : nullptr,
-                                                  nullptr,    nullptr,   master ? &masters[i] : nullptr};
+  auto operands = [&](size_t i) -> std::array<const Tensor*, kSlots> {
+    return {&params[i], &grads[i], momentum ? &momentum_buffers[i] : nullptr,
+            nullptr,    nullptr,   master ? &masters[i] : nullptr};
+  };
+  const ChunkGroups groups = group_for_chunks(
+      params.size(), [&](size_t i) { return params[i].dtype(); }, [&](size_t i) { return params[i].numel(); },
+      [&](size_t i) { return all_contiguous(operands(i)); });
+
+  for (int d = 0; d < 4; ++d) {
+    if (groups.chunked[d].empty()) continue;
+    const Tensor& first = params[static_cast<size_t>(groups.chunked[d].front().index)];
+    dispatch_store(first, master, hyper.stochastic_rounding, "sgd_step_", [&](auto t, auto st, auto store) {
+      using T = typename decltype(t)::type;
+      using S = typename decltype(st)::type;
+      constexpr Store kStore = decltype(store)::value;
+      const auto c = optim_math::sgd_coeffs<opmath_t<T>>(hyper, false);
+      auto* kernel = momentum ? sgd_chunks_kernel<T, S, kStore, true> : sgd_chunks_kernel<T, S, kStore, false>;
+      launch_chunks<OptimChunks>(
+          groups.chunked[d],
+          [&](OptimChunks& l, int r, int i) {
+            fill_pointers(l.ptr[r], operands(static_cast<size_t>(i)));
+            l.extra[r] = {step_ref(steps[static_cast<size_t>(i)]), steps[static_cast<size_t>(i)].first_momentum};
+          },
+          [&](const OptimChunks& l, int blocks) {
+            kernel<<<blocks, kBlockThreads, 0, launch_stream()>>>(l, c, hyper.seed, skip);
+            MT_CUDA_CHECK_LAUNCH("sgd_chunks_kernel (", first.dtype(), ", ", l.n, " parameters on ", first.device(),
+                                 ")");
+          });
+    });
+  }
+
+  for (size_t i : groups.strided) {
+    const std::array<const Tensor*, kSlots> ts = operands(i);
     const OffsetLayout<kSlots> L = layout_of(ts);
     dispatch_store(params[i], master, hyper.stochastic_rounding, "sgd_step_", [&](auto t, auto st, auto store) {
       using T = typename decltype(t)::type;
@@ -163,12 +264,38 @@ void adam_step_(std::span<const Tensor> params, std::span<const Tensor> grads, s
   DeviceGuard guard(params[0].device());
   const bool master = !masters.empty();
   const float* skip = found_inf.defined() ? static_cast<const float*>(found_inf.data_ptr()) : nullptr;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (params[i].numel() == 0) continue;
-    const std::array<const Tensor*, kSlots> ts = {&params[i],     &grads[i],
-                                                  &exp_avgs[i],   &exp_avg_sqs[i],
-                                                  hyper.amsgrad ? &max_exp_avg_sqs[i] : nullptr,
-                                                  master ? &masters[i] : nullptr};
+  auto operands = [&](size_t i) -> std::array<const Tensor*, kSlots> {
+    return {&params[i],   &grads[i], &exp_avgs[i], &exp_avg_sqs[i], hyper.amsgrad ? &max_exp_avg_sqs[i] : nullptr,
+            master ? &masters[i] : nullptr};
+  };
+  const ChunkGroups groups = group_for_chunks(
+      params.size(), [&](size_t i) { return params[i].dtype(); }, [&](size_t i) { return params[i].numel(); },
+      [&](size_t i) { return all_contiguous(operands(i)); });
+
+  for (int d = 0; d < 4; ++d) {
+    if (groups.chunked[d].empty()) continue;
+    const Tensor& first = params[static_cast<size_t>(groups.chunked[d].front().index)];
+    dispatch_store(first, master, hyper.stochastic_rounding, "adam_step_", [&](auto t, auto st, auto store) {
+      using T = typename decltype(t)::type;
+      using S = typename decltype(st)::type;
+      constexpr Store kStore = decltype(store)::value;
+      auto* kernel = hyper.amsgrad ? adam_chunks_kernel<T, S, kStore, true> : adam_chunks_kernel<T, S, kStore, false>;
+      launch_chunks<OptimChunks>(
+          groups.chunked[d],
+          [&](OptimChunks& l, int r, int i) {
+            fill_pointers(l.ptr[r], operands(static_cast<size_t>(i)));
+            l.extra[r] = {step_ref(steps[static_cast<size_t>(i)]), false};
+          },
+          [&](const OptimChunks& l, int blocks) {
+            kernel<<<blocks, kBlockThreads, 0, launch_stream()>>>(l, hyper, skip);
+            MT_CUDA_CHECK_LAUNCH("adam_chunks_kernel (", first.dtype(), ", ", l.n, " parameters on ",
+                                 first.device(), ")");
+          });
+    });
+  }
+
+  for (size_t i : groups.strided) {
+    const std::array<const Tensor*, kSlots> ts = operands(i);
     const OffsetLayout<kSlots> L = layout_of(ts);
     dispatch_store(params[i], master, hyper.stochastic_rounding, "adam_step_", [&](auto t, auto st, auto store) {
       using T = typename decltype(t)::type;

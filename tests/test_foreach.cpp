@@ -9,12 +9,17 @@
 // from ops/backend/amp_math.h), bit for bit. foreach_norm against float64 norms of the same rounded inputs (the
 // f32 sum's error bound stated below), foreach_mul_ and foreach_clamp_ exactly (one operation in opmath, one
 // rounding); CUDA: the state machine and the in-place kernels bit for bit the CPU's, the norms within the bound.
+// The plan of CUDA's multi-tensor launches (cuda/chunks.h, host code) on the CPU: every element in exactly one
+// chunk, within the launch limits; on CUDA, lists long enough for several launches, with tensors of several chunks.
 #include "family_test.h"
 
 #include <algorithm>
 #include <cfloat>
 #include <functional>
 #include <limits>
+#include <map>
+
+#include <mixtape/cuda/chunks.h>
 
 namespace {
 
@@ -474,6 +479,136 @@ BOOST_AUTO_TEST_CASE(foreach_norm_mul_clamp_on_cuda_match_the_cpu, MT_GPU_TEST) 
   kn::foreach_clamp_(cpu, -0.3, 1.7);
   kn::foreach_clamp_(dev, -0.3, 1.7);
   for (size_t i = 0; i < cpu.size(); ++i) expect_same_bits(dev[i], cpu[i], describe("foreach_clamp_: tensor ", i));
+}
+
+// ---- CUDA's multi-tensor launches ---------------------------------------------------------------------------
+
+namespace {
+
+namespace kc = mixtape::kernels::cuda;
+
+/// Plans `numels` (tensor i at list index 10 + i) and checks every launch and the coverage.
+void expect_a_sound_plan(const std::vector<int64_t>& numels, int max_runs, int64_t max_blocks) {
+  std::vector<kc::ChunkTensor> tensors;
+  for (size_t i = 0; i < numels.size(); ++i) tensors.push_back({static_cast<int>(10 + i), numels[i]});
+  std::vector<int64_t> covered(numels.size(), 0);  // each tensor's elements so far, in order
+  int launches = 0;
+  int64_t total_blocks = 0;
+  size_t last_tensor = 0;
+  kc::plan_chunk_launches<64>(tensors, max_runs, max_blocks, [&](std::span<const kc::ChunkRun> runs, int blocks) {
+    ++launches;
+    total_blocks += blocks;
+    BOOST_TEST_CONTEXT("launch " << launches) {
+      BOOST_TEST(!runs.empty());
+      BOOST_TEST(static_cast<int>(runs.size()) <= max_runs);
+      BOOST_TEST(blocks >= 1);
+      BOOST_TEST(blocks <= max_blocks);
+      int next_block = 0;
+      for (const kc::ChunkRun& r : runs) {
+        BOOST_TEST(r.first_block == next_block);
+        const size_t t = static_cast<size_t>(r.index - 10);
+        BOOST_REQUIRE(t < numels.size());
+        BOOST_TEST(t >= last_tensor, "tensors in the list's order");
+        last_tensor = t;
+        BOOST_TEST(r.begin == covered[t], "run of tensor " << t << " starts where the last one ended");
+        BOOST_TEST(r.end > r.begin);
+        BOOST_TEST(r.end <= numels[t]);
+        BOOST_TEST(r.begin % kc::kChunkElements == 0, "chunks aligned in their tensor");
+        covered[t] = r.end;
+        next_block += static_cast<int>(kc::chunk_blocks(r.begin, r.end));
+      }
+      BOOST_TEST(next_block == blocks, "the grid is the runs' blocks");
+    }
+  });
+  for (size_t t = 0; t < numels.size(); ++t) BOOST_TEST(covered[t] == numels[t], "tensor " << t << " covered");
+  int64_t want_blocks = 0;
+  for (int64_t n : numels) want_blocks += kc::chunk_blocks(0, n);
+  BOOST_TEST(total_blocks == want_blocks, "no block twice");
+  if (numels.empty()) BOOST_TEST(launches == 0);
+}
+
+/// Sizes around the chunk's: one element, a chunk less one, a chunk, a chunk and one, several chunks and a rest.
+const std::vector<int64_t> kAwkwardSizes = {1,  kc::kChunkElements - 1, kc::kChunkElements, kc::kChunkElements + 1,
+                                            3 * kc::kChunkElements + 17, 70000, 2};
+
+/// A list of n tensors of kAwkwardSizes' sizes in turn, cycling over the floating dtypes, with every fifth one
+/// transposed (a strided tensor: a launch of its own), values in [-4, 4).
+std::vector<Tensor> long_list(size_t n, uint64_t seed) {
+  std::vector<Tensor> ts;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t numel = kAwkwardSizes[i % kAwkwardSizes.size()];
+    const DType dt = kFloatTypes[i % std::size(kFloatTypes)];
+    if (i % 5 == 4 && numel % 2 == 0) ts.push_back(input({2, numel / 2}, dt, -4, 4, ++seed, Layout::kTransposed));
+    else ts.push_back(input({numel}, dt, -4, 4, ++seed));
+  }
+  return ts;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_multi_tensor_plan_covers_every_element_once, MT_CPU_TEST) {
+  std::vector<int64_t> many;
+  for (int i = 0; i < 300; ++i) many.push_back(kAwkwardSizes[static_cast<size_t>(i) % kAwkwardSizes.size()]);
+  const std::vector<int64_t> huge = {5, int64_t{1} << 40, 3};  // 2^28 blocks: cut in 5 by a limit of 2^26
+  for (int max_runs : {1, 2, 32, 64})
+    for (int64_t max_blocks : {int64_t{1}, int64_t{3}, int64_t{100}, int64_t{1} << 30})
+      BOOST_TEST_CONTEXT("max_runs " << max_runs << ", max_blocks " << max_blocks) {
+        expect_a_sound_plan({}, max_runs, max_blocks);
+        expect_a_sound_plan({kc::kChunkElements}, max_runs, max_blocks);
+        expect_a_sound_plan(kAwkwardSizes, max_runs, max_blocks);
+        expect_a_sound_plan(many, max_runs, max_blocks);
+        if (max_blocks == int64_t{1} << 30) {
+          expect_a_sound_plan(huge, max_runs, max_blocks);
+          expect_a_sound_plan(huge, max_runs, int64_t{1} << 26);
+        }
+      }
+  // As few launches as the limits allow: 300 tensors of at most 70000 elements, 64 runs a launch: 5 launches.
+  int launches = 0;
+  std::vector<kc::ChunkTensor> tensors;
+  for (size_t i = 0; i < many.size(); ++i) tensors.push_back({static_cast<int>(i), many[i]});
+  kc::plan_chunk_launches<64>(tensors, 64, int64_t{1} << 30, [&](std::span<const kc::ChunkRun>, int) { ++launches; });
+  BOOST_TEST(launches == 5);
+}
+
+BOOST_AUTO_TEST_CASE(multi_tensor_launches_on_cuda_match_the_cpu, MT_GPU_TEST) {
+  // 150 tensors: more than one launch's runs for each dtype, tensors of several chunks, strided ones among them.
+  const size_t n = 150;
+  auto on_gpu = [](const std::vector<Tensor>& cpu) {
+    std::vector<Tensor> dev;
+    for (const Tensor& t : cpu) dev.push_back(same_view_on_gpu(t));
+    return dev;
+  };
+  {  // the unscale, with a non-finite element at the first element of a tensor's second chunk, and per-tensor flags
+    std::vector<Tensor> cpu = long_list(n, 70000);
+    for (size_t i : {size_t{4}, size_t{40}, size_t{103}}) {
+      BOOST_REQUIRE(cpu[i].dim() == 1 && cpu[i].numel() > kc::kChunkElements);
+      cpu[i].set({kc::kChunkElements}, std::numeric_limits<double>::infinity());
+    }
+    cpu[11].set({0}, std::numeric_limits<double>::quiet_NaN());
+    const std::vector<Tensor> dev = on_gpu(cpu);
+    const Tensor flags_cpu = mt::zeros({static_cast<int64_t>(n) + 1});
+    const Tensor flags_gpu = gpu(flags_cpu);
+    kn::non_finite_check_and_unscale_(cpu, flags_cpu, f32_scalar(kInvScale));
+    kn::non_finite_check_and_unscale_(dev, flags_gpu, f32_scalar(kInvScale, mt::Device::cuda()));
+    std::vector<float> want(n + 1, 0.0f);
+    for (size_t i : {size_t{0}, size_t{1 + 4}, size_t{1 + 11}, size_t{1 + 40}, size_t{1 + 103}}) want[i] = 1.0f;
+    BOOST_TEST(flags_cpu.to_vector<float>() == want, boost::test_tools::per_element());
+    BOOST_TEST(mt::raw::to(flags_gpu, mt::Device::cpu()).to_vector<float>() == want,
+               boost::test_tools::per_element());
+    for (size_t i = 0; i < n; ++i) expect_same_bits(dev[i], cpu[i], describe("unscale: tensor ", i));
+  }
+  {
+    const std::vector<Tensor> cpu = long_list(n, 71000), dev = on_gpu(cpu);
+    kn::foreach_mul_(cpu, mt::full({1}, 0.1));
+    kn::foreach_mul_(dev, gpu(mt::full({1}, 0.1)));
+    for (size_t i = 0; i < n; ++i) expect_same_bits(dev[i], cpu[i], describe("foreach_mul_: tensor ", i));
+  }
+  {
+    const std::vector<Tensor> cpu = long_list(n, 72000), dev = on_gpu(cpu);
+    kn::foreach_clamp_(cpu, -0.3, 1.7);
+    kn::foreach_clamp_(dev, -0.3, 1.7);
+    for (size_t i = 0; i < n; ++i) expect_same_bits(dev[i], cpu[i], describe("foreach_clamp_: tensor ", i));
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

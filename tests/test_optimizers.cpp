@@ -648,6 +648,50 @@ BOOST_AUTO_TEST_CASE(steps_on_cuda_match_the_cpu, MT_GPU_TEST) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(many_parameters_on_cuda_match_the_cpu, MT_GPU_TEST) {
+  // 70 parameters: more than one multi-tensor launch (32 runs each), parameters of several chunks (4096 elements),
+  // and every seventh gradient a transposed view (its parameter takes the strided kernel).
+  const std::vector<int64_t> sizes = {1, 4095, 4097, 3 * 4096 + 17, 7, 2 * 4096, 64};
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < 70; ++i) shapes.push_back(i % 7 == 5 ? Shape{2, sizes[i % 7] / 2} : Shape{sizes[i % 7]});
+  struct Storage {
+    DType dtype;
+    MasterWeights master;
+  };
+  for (const Named& n : optimizer_kinds()) {
+    for (const Storage& s : {Storage{DType::kF32, MasterWeights::kF32}, Storage{DType::kF16, MasterWeights::kF32},
+                             Storage{DType::kBF16, MasterWeights::kStochasticRounding}}) {
+      BOOST_TEST_CONTEXT(n.name << ", " << s.dtype) {
+        std::vector<Tensor> cpu = leaves(shapes, s.dtype, 90);
+        std::vector<Tensor> gpu;
+        for (const Tensor& p : cpu) gpu.push_back(leaf(mt::test::gpu(p.detach())));
+        mt::manual_seed(7);
+        auto o_cpu = n.make(cpu, s.master);
+        mt::manual_seed(7);
+        auto o_gpu = n.make(gpu, s.master);
+        for (int step = 0; step < 3; ++step) {
+          set_grads(cpu, 400 + 100 * static_cast<uint64_t>(step));
+          for (size_t i = 0; i < cpu.size(); ++i) {
+            const Tensor g = cpu[i].grad();
+            if (g.dim() == 2) {  // the same values, held transposed on the GPU
+              const Tensor held = mt::test::gpu(mt::raw::clone(g.t()));
+              gpu[i].set_grad(held.t());
+              BOOST_REQUIRE(!gpu[i].grad().is_contiguous());
+            } else {
+              gpu[i].set_grad(mt::test::gpu(g));
+            }
+          }
+          o_cpu->step();
+          o_gpu->step();
+        }
+        for (size_t i = 0; i < cpu.size(); ++i)
+          expect_same_bits(gpu[i].detach(), cpu[i].detach(), mt::test::describe("parameter ", i, ": cuda vs cpu"));
+        expect_same_state(o_gpu->state_dict(), o_cpu->state_dict(), "state: cuda vs cpu");
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_parameter_moved_after_its_first_step_takes_its_count_along, MT_GPU_TEST) {
   // Plain SGD keeps no buffers, so its parameters may change device between steps (as in PyTorch): the update count,
   // which lives beside the parameter, follows it (the kernels read it where the parameter is).
