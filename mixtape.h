@@ -19,6 +19,7 @@
 #include <mixtape/core/shape.h>
 #include <mixtape/core/state_dict.h>
 #include <mixtape/core/tensor.h>
+#include <mixtape/cuda/graph.h>
 #include <mixtape/cuda/runtime.h>
 #include <mixtape/data/data.h>
 #include <mixtape/nn/nn.h>

@@ -113,7 +113,7 @@ if has_step mnist; then
   # ignored data/mnist (cp ../shared/data/mnist/*.gz data/mnist/ and carry it); MNIST_ARGS narrows the run.
   t0=$(date +%s)
   timeout ${MNIST_TIMEOUT:-400} python3 bench/mnist_gpu.py --build "$BUILD" --data "${MIXTAPE_MNIST_DIR:-data/mnist}" \
-    --json "$OUT/mnist_gpu.jsonl" ${MNIST_ARGS:-} >"$OUT/mnist_gpu.txt" 2>&1
+    --cuda-graph --json "$OUT/mnist_gpu.jsonl" ${MNIST_ARGS:-} >"$OUT/mnist_gpu.txt" 2>&1
   note "== mnist_gpu (rc=$?, $(( $(date +%s) - t0 )) s)"
   tail -25 "$OUT/mnist_gpu.txt" | tee -a "$SUMMARY"
 fi

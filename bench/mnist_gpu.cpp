@@ -12,6 +12,8 @@
 //   peak_mib     the most device memory held by tensors during training, less what the dataset held before it
 //   accuracy     the test set's after the last epoch (batches of 1000 under the same autocast)
 // On the CPU (--device cpu) the same loop runs, for checking the plumbing without a GPU: peak_mib is null there.
+// --cuda-graph (the MLP on CUDA): after three eager steps one step is captured into a CUDA graph and replayed for
+// every later step, as examples/mnist --cuda-graph does; the row's framework is "mixtape+graph".
 //
 // The one design idea: the two frameworks never share a process and share everything else. With --weights-out this
 // program writes the model's initial state_dict (seeded by --seed) as safetensors before training, and the
@@ -50,7 +52,10 @@ struct Options {
   int64_t warmup = 50;
   int64_t max_steps = 0;  // per epoch; 0: the whole epoch
   uint64_t seed = 0;
+  bool cuda_graph = false;  // replay a captured step after kGraphWarmupSteps eager ones (examples/mnist --cuda-graph)
 };
+
+constexpr int64_t kGraphWarmupSteps = 3;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -86,6 +91,28 @@ int run(const Options& opt) {
   const int64_t steps = opt.max_steps > 0 ? std::min(epoch_steps, opt.max_steps) : epoch_steps;
   const int64_t warmup = std::min(opt.warmup, steps - 1);
   MT_CHECK(steps >= 2, "bench_mnist_gpu: an epoch of ", steps, " step(s) has no steady state to time");
+  MT_CHECK(!opt.cuda_graph || (device.is_cuda() && opt.model == "mlp"),
+           "bench_mnist_gpu: --cuda-graph takes the mlp on cuda (the cnn's dropout draws new masks every step)");
+
+  auto train_step = [&](const mt::Tensor& x, const mt::Tensor& y) {
+    optimizer.zero_grad();
+    mt::Tensor step_loss;
+    {
+      mt::amp::Autocast ac(bf16 ? mt::kBF16 : mt::kF16, fp16 || bf16);
+      step_loss = mt::cross_entropy(model->forward(x), y);
+    }
+    if (fp16) {
+      scaler.scale(step_loss).backward();
+      scaler.step_on_device(optimizer);  // skipped on the device when a gradient overflowed: no host read
+      scaler.update();
+    } else {
+      step_loss.backward();
+      optimizer.step();
+    }
+    return step_loss;
+  };
+  mt::cuda::Graph graph;  // --cuda-graph: one captured step, its input batch and its loss
+  mt::Tensor graph_x, graph_y, graph_loss;
 
   mt::Generator shuffling(opt.seed);
   double train_seconds = 0, steady_seconds = 0;
@@ -100,18 +127,19 @@ int run(const Options& opt) {
         steady_start = Clock::now();
       }
       const auto [x, y] = train_data.batch(perm, s * opt.batch_size, opt.batch_size);
-      optimizer.zero_grad();
-      {
-        mt::amp::Autocast ac(bf16 ? mt::kBF16 : mt::kF16, fp16 || bf16);
-        loss = mt::cross_entropy(model->forward(x), y);
-      }
-      if (fp16) {
-        scaler.scale(loss).backward();
-        scaler.step_on_device(optimizer);  // skipped on the device when a gradient overflowed: no host read
-        scaler.update();
+      if (opt.cuda_graph && (epoch > 0 || s >= kGraphWarmupSteps)) {
+        if (!graph.captured()) {
+          graph_x = x.clone();
+          graph_y = y.clone();
+          graph.capture([&] { graph_loss = train_step(graph_x, graph_y); });
+        } else {
+          graph_x.copy_(x);
+          graph_y.copy_(y);
+        }
+        graph.replay();
+        loss = graph_loss;
       } else {
-        loss.backward();
-        optimizer.step();
+        loss = train_step(x, y);
       }
     }
     sync(device);
@@ -131,7 +159,7 @@ int run(const Options& opt) {
   }
   const double steady_steps = static_cast<double>(steps - warmup);
   nlohmann::json result = {
-      {"framework", "mixtape"},
+      {"framework", opt.cuda_graph ? "mixtape+graph" : "mixtape"},
       {"model", opt.model == "mlp" && opt.hidden != 512 ? "mlp" + std::to_string(opt.hidden) : opt.model},
       {"precision", opt.precision},
       {"device", device.is_cuda() ? mt::cuda::device_properties(0).name : "cpu"},
@@ -168,6 +196,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", opt.warmup, "first-epoch steps left out of step_ms")->check(CLI::NonNegativeNumber);
   app.add_option("--max-steps", opt.max_steps, "steps per epoch at most (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", opt.seed, "the initial weights' and the shuffling's seed");
+  app.add_flag("--cuda-graph", opt.cuda_graph, "replay a captured training step after a few eager ones (mlp, cuda)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(opt);

@@ -6,10 +6,11 @@ weights, data, batch size (128), optimizer (AdamW lr 1e-3) and epochs are traine
   mixtape        bench_mnist_gpu (a child process; it writes the initial weights as safetensors first)
   pytorch        torch.autocast + torch.amp.GradScaler, torch.optim.AdamW with its defaults (foreach on CUDA)
   pytorch fused  the same with AdamW(fused=True)
+  mixtape+graph  with --cuda-graph, the MLP again, one captured step replayed as a CUDA graph (bench_mnist_gpu)
 each with the whole training set resident on the device (normalised once; a permutation per epoch drawn there,
 batches gathered with index_select there) and timed alike (bench/mnist_gpu.cpp says how): steady-state step time,
 samples/s, time per epoch, peak device memory during training beyond the dataset's, final test accuracy. The ratio
-column is PyTorch's step time over mixtape's (above 1: mixtape is faster).
+column is each row's step time over mixtape's eager one (PyTorch's above 1: mixtape is faster).
 
 The PyTorch side needs only what the lent GPU machine has (PyTorch; safetensors when importable, else the format's
 few lines read here). --device cpu runs everything on the CPU to check the plumbing (PyTorch's CPU autocast has no
@@ -212,12 +213,12 @@ def model_label(args, model_name):
     return f"mlp{args.hidden}" if model_name == "mlp" and args.hidden != 512 else model_name
 
 
-def run_mixtape(args, model_name, precision, weights):
+def run_mixtape(args, model_name, precision, weights, graph=False):
     exe = os.path.join(args.build, "bench", "bench_mnist_gpu")
     cmd = [exe, "--model", model_name, "--hidden", str(args.hidden), "--precision", precision, "--device", args.device,
            "--data", args.data, "--weights-out", weights, "--epochs", str(args.epochs),
            "--batch-size", str(args.batch_size), "--warmup", str(args.warmup), "--max-steps", str(args.max_steps),
-           "--seed", str(args.seed)]
+           "--seed", str(args.seed)] + (["--cuda-graph"] if graph else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -241,6 +242,8 @@ def main():
     parser.add_argument("--max-steps", type=int, default=0, help="steps per epoch at most (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="append every row as a JSON line to this file")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="also time mixtape's MLP replaying a captured step (a mixtape+graph row)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("mnist_gpu.py: --device cuda, but PyTorch sees no GPU (--device cpu checks the plumbing)")
@@ -254,6 +257,9 @@ def main():
                 weights = os.path.join(tmp, f"{model_name}.safetensors")
                 print(f"  {model_name} {precision}: mixtape...", end="", file=sys.stderr, flush=True)
                 group = [run_mixtape(args, model_name, precision, weights)]
+                if args.cuda_graph and model_name == "mlp" and args.device == "cuda":
+                    print(" graph...", end="", file=sys.stderr, flush=True)
+                    group.append(run_mixtape(args, model_name, precision, weights, graph=True))
                 for fused in (False, True):
                     if device.type == "cpu" and (fused or precision == "fp16"):
                         continue  # fused AdamW is CUDA's; 1.x CPU autocast has no fp16
@@ -262,10 +268,12 @@ def main():
                 print(" done", file=sys.stderr)
                 rows += group
 
+    # The last column: each row's step time over mixtape's eager one (PyTorch rows above 1: mixtape is faster; the
+    # mixtape+graph row below 1: the graph is faster than mixtape's eager steps).
     print(f"\nbench/mnist_gpu.py: {rows[0]['device']}, torch {torch.__version__}, batch {args.batch_size}, "
           f"AdamW lr 1e-3, {args.epochs} epoch(s), seed {args.seed}\n")
     print("| model | precision | framework | step ms | samples/s | s/epoch | peak MiB | test accuracy | skipped steps "
-          "| PyTorch step / mixtape step |")
+          "| step / mixtape's eager step |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     mixtape_step = {}
     for r in rows:

@@ -15,7 +15,12 @@
 // second stream: a program on one stream pays nothing for them.
 //
 // Out of memory: wait for the device, cudaFree the whole cache, try once more,
-// then throw with the request and the statistics. One mutex guards it all.
+// then throw with the request and the statistics (during a graph capture,
+// which cannot wait, it throws at once). One mutex guards it all.
+//
+// CUDA graphs (cuda/graph.h) get pools of their own: a block handed out
+// during a capture is baked into the graph, so it never returns to the cache
+// while the graph lives (allocator.cuh's GraphPool).
 #include <mixtape/cuda/allocator.cuh>
 
 #include <algorithm>
@@ -61,7 +66,21 @@ struct Block {
   int device = 0;
   cudaStream_t stream = nullptr;  // the stream current at allocation: the one its last users were queued on
   cudaEvent_t freed = nullptr;    // recorded on `stream` at the free, once the device uses several streams
+  GraphPool* graph = nullptr;     // the graph whose capture allocated it, while that graph lives
 };
+
+}  // namespace
+
+struct GraphPool {
+  int device = 0;
+  cudaStream_t stream = nullptr;          // the capturing stream
+  bool released = false;                  // the graph is gone
+  std::multimap<size_t, Block*> free;     // its blocks no tensor holds, reserved for the replays
+  std::vector<Block*> kept;               // blocks from the cache freed during the capture: the replays may read them
+  int64_t held = 0;                       // its blocks tensors hold
+};
+
+namespace {
 
 struct DevicePool {
   std::multimap<size_t, Block*> cached;  // free blocks by size
@@ -82,16 +101,19 @@ class Allocator {
     {
       std::lock_guard<std::mutex> lock(m_mutex);
       DevicePool& pool = pool_of(device);
-      note_stream(pool, stream);
-      Block* b = size ? take_cached(pool, size, stream) : nullptr;
+      GraphPool* graph = capture_of(device, stream);
+      if (!graph) note_stream(pool, stream);
+      Block* b = !size ? nullptr : graph ? take_fitting(graph->free, size) : take_cached(pool, size, stream);
       if (b) {
         ++pool.stats.num_cache_hits;
       } else {
-        b = new Block{malloc_or_throw(pool, nbytes, size, device), size, device, stream, nullptr};
+        b = new Block{malloc_or_throw(pool, nbytes, size, device, graph != nullptr), size, device, stream, nullptr};
         ++pool.stats.num_cuda_malloc;
         pool.stats.reserved_bytes += static_cast<int64_t>(size);
       }
       b->stream = stream;
+      b->graph = graph;
+      if (graph) ++graph->held;
       pool.stats.allocated_bytes += static_cast<int64_t>(b->size);
       pool.stats.peak_allocated_bytes = std::max(pool.stats.peak_allocated_bytes, pool.stats.allocated_bytes);
       m_live.emplace(b->ptr, b);
@@ -113,19 +135,59 @@ class Allocator {
     m_live.erase(it);
     DevicePool& pool = m_pools[static_cast<size_t>(b->device)];
     pool.stats.allocated_bytes -= static_cast<int64_t>(b->size);
+    if (GraphPool* g = b->graph) {
+      --g->held;
+      if (!g->released) {  // baked into a live graph: reserved for its replays
+        g->free.emplace(b->size, b);
+        return;
+      }
+      b->graph = nullptr;  // the graph is gone: an ordinary block of the stream the graph last ran on
+      if (g->held == 0) delete g;
+    } else if (GraphPool* g = capture_on(b->device)) {  // the capture's kernels may use it at every replay
+      g->kept.push_back(b);
+      return;
+    }
+    cache_freed(pool, b);
+  }
+
+  GraphPool* begin_capture(int device, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    pool_of(device);
+    auto* g = new GraphPool;
+    g->device = device;
+    g->stream = stream;
+    m_captures.push_back(g);
+    return g;
+  }
+
+  void end_capture(GraphPool* g) noexcept {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    std::erase(m_captures, g);
+  }
+
+  void release(GraphPool* g, cudaStream_t stream) noexcept {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    g->released = true;
+    std::erase(m_captures, g);
+    DevicePool& pool = m_pools[static_cast<size_t>(g->device)];
     int previous = -1;
     const bool switched =
-        cudaGetDevice(&previous) == cudaSuccess && previous != b->device && cudaSetDevice(b->device) == cudaSuccess;
-    if (pool.several_streams && !record_free(pool, b)) {
-      // No event, so no safe cross-stream reuse: give it back (cudaFree waits for the work that may use it).
-      (void)cudaFree(b->ptr);
-      pool.stats.reserved_bytes -= static_cast<int64_t>(b->size);
-      delete b;
-    } else {
-      pool.cached.emplace(b->size, b);
-    }
+        cudaGetDevice(&previous) == cudaSuccess && previous != g->device && cudaSetDevice(g->device) == cudaSuccess;
+    note_stream(pool, stream);
+    auto give_back = [&](Block* b) {
+      b->graph = nullptr;
+      b->stream = stream;
+      cache_freed_here(pool, b);
+    };
+    for (auto& [size, b] : g->free) give_back(b);
+    for (Block* b : g->kept) give_back(b);
+    g->free.clear();
+    g->kept.clear();
+    for (auto& [ptr, b] : m_live)  // held blocks: ordinary blocks of `stream` when freed
+      if (b->graph == g) b->stream = stream;
     if (switched) (void)cudaSetDevice(previous);
     (void)cudaGetLastError();
+    if (g->held == 0) delete g;
   }
 
   void empty_cache() {
@@ -153,6 +215,55 @@ class Allocator {
   void set_poison(bool on) { m_poison.store(on, std::memory_order_relaxed); }
 
  private:
+  /// Puts a freed block into the cache (or frees it where no event can order its reuse), on its device.
+  void cache_freed(DevicePool& pool, Block* b) noexcept {
+    int previous = -1;
+    const bool switched =
+        cudaGetDevice(&previous) == cudaSuccess && previous != b->device && cudaSetDevice(b->device) == cudaSuccess;
+    cache_freed_here(pool, b);
+    if (switched) (void)cudaSetDevice(previous);
+    (void)cudaGetLastError();
+  }
+
+  /// cache_freed with b's device current.
+  void cache_freed_here(DevicePool& pool, Block* b) noexcept {
+    if (pool.several_streams && !record_free(pool, b)) {
+      // No event, so no safe cross-stream reuse: give it back (cudaFree waits for the work that may use it).
+      (void)cudaFree(b->ptr);
+      pool.stats.reserved_bytes -= static_cast<int64_t>(b->size);
+      delete b;
+    } else {
+      pool.cached.emplace(b->size, b);
+    }
+  }
+
+  /// The graph capture that takes allocations on `stream` of `device`: the calling thread's, when it runs there.
+  GraphPool* capture_of(int device, cudaStream_t stream) const noexcept {
+    const detail::Capture& c = detail::thread_capture();
+    if (c.stream != stream || c.device != device) return nullptr;
+    for (GraphPool* g : m_captures)
+      if (g->device == device && g->stream == stream) return g;
+    return nullptr;
+  }
+
+  /// A graph capture running on `device` (any thread), if any.
+  GraphPool* capture_on(int device) const noexcept {
+    for (GraphPool* g : m_captures)
+      if (g->device == device) return g;
+    return nullptr;
+  }
+
+  /// A block of `blocks` for a request of `size` (a graph's free blocks: one stream, no events): the size class's
+  /// smallest, or for large requests one up to a quarter larger.
+  static Block* take_fitting(std::multimap<size_t, Block*>& blocks, size_t size) {
+    const size_t limit = size <= kSmallLimit ? size : size + size / 4;
+    const auto it = blocks.lower_bound(size);
+    if (it == blocks.end() || it->first > limit) return nullptr;
+    Block* b = it->second;
+    blocks.erase(it);
+    return b;
+  }
+
   DevicePool& pool_of(int device) {
     if (static_cast<size_t>(device) >= m_pools.size()) m_pools.resize(static_cast<size_t>(device) + 1);
     return m_pools[static_cast<size_t>(device)];
@@ -241,11 +352,22 @@ class Allocator {
     (void)cudaGetLastError();
   }
 
-  /// cudaMalloc of `size` bytes; on failure frees the cache and tries once more, then throws.
-  void* malloc_or_throw(DevicePool& pool, size_t nbytes, size_t size, int device) {
+  /// cudaMalloc of `size` bytes; on failure frees the cache and tries once more (not during a graph capture: that
+  /// waits for the device), then throws.
+  void* malloc_or_throw(DevicePool& pool, size_t nbytes, size_t size, int device, bool capturing) {
     void* p = nullptr;
-    cudaError_t status = size ? cudaMalloc(&p, size) : cudaErrorMemoryAllocation;
-    if (status == cudaErrorMemoryAllocation && size) {
+    cudaError_t status = cudaErrorMemoryAllocation;
+    if (size && capturing) {
+      // cudaMalloc is not a stream operation, so a capture's strict modes reject it; the graph's pool keeps the
+      // block for the replays, which is what makes it safe here.
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      (void)cudaThreadExchangeStreamCaptureMode(&mode);
+      status = cudaMalloc(&p, size);
+      (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    } else if (size) {
+      status = cudaMalloc(&p, size);
+    }
+    if (status == cudaErrorMemoryAllocation && size && !capturing) {
       (void)cudaGetLastError();
       release_cache(pool, device);
       status = cudaMalloc(&p, size);
@@ -266,6 +388,7 @@ class Allocator {
   std::mutex m_mutex;
   std::vector<DevicePool> m_pools;            // by device index
   std::unordered_map<void*, Block*> m_live;   // allocated blocks by address
+  std::vector<GraphPool*> m_captures;         // the graph captures running, any thread
   std::atomic<bool> m_poison{false};
 };
 
@@ -341,6 +464,12 @@ void* cached_allocate(size_t nbytes, int device) { return allocator().allocate(n
 
 void cached_deallocate(void* ptr) noexcept { allocator().deallocate(ptr); }
 
+GraphPool* begin_graph_capture(int device, cudaStream_t stream) { return allocator().begin_capture(device, stream); }
+
+void end_graph_capture(GraphPool* pool) noexcept { allocator().end_capture(pool); }
+
+void release_graph_pool(GraphPool* pool, cudaStream_t stream) noexcept { allocator().release(pool, stream); }
+
 StagingLease::StagingLease() : m_buffer(staging_pool().acquire()) {}
 
 StagingLease::~StagingLease() { staging_pool().release(m_buffer); }
@@ -389,7 +518,10 @@ void reset_peak_memory_stats(int device) noexcept {
   if (device >= 0) allocator().reset_peak(device);
 }
 
-void empty_cache() { allocator().empty_cache(); }
+void empty_cache() {
+  detail::refuse_in_capture("cuda::empty_cache (it waits for the device)");
+  allocator().empty_cache();
+}
 
 void set_poison_allocations(bool on) noexcept { allocator().set_poison(on); }
 

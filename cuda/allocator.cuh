@@ -16,6 +16,20 @@ void* cached_allocate(size_t nbytes, int device);
 /// Returns a block of cached_allocate to the cache; work already issued to the block's stream may still use it.
 void cached_deallocate(void* ptr) noexcept;
 
+/// The memory of one CUDA graph (cuda/graph.cu). While its capture runs, every allocation the capturing thread
+/// makes on the capturing stream comes from the graph's pool, and a block of the pool returns to it when freed:
+/// its addresses are baked into the graph, so they stay reserved for the replays (PyTorch's private graph pools).
+/// A block allocated before the capture and freed during it is kept out of the cache too (the replays may still
+/// read it). Released with the graph: its blocks go back to the cache, those tensors still hold when freed.
+struct GraphPool;
+/// Starts routing the calling thread's allocations on `stream` of `device` into a new pool.
+GraphPool* begin_graph_capture(int device, cudaStream_t stream);
+/// Stops the routing; the pool keeps its blocks.
+void end_graph_capture(GraphPool* pool) noexcept;
+/// The graph is gone and the device has finished its replays: its blocks go back to the cache, ordered on `stream`
+/// (the stream the graph last ran on).
+void release_graph_pool(GraphPool* pool, cudaStream_t stream) noexcept;
+
 /// A pinned (page-locked, portable) host buffer of kStagingBytes for asynchronous copies.
 struct StagingBuffer {
   void* ptr = nullptr;

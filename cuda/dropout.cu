@@ -30,6 +30,8 @@ __global__ void __launch_bounds__(kBlockThreads) dropout_mask_kernel(bool* __res
 }  // namespace
 
 Tensor dropout_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset, Device device) {
+  ::mixtape::cuda::detail::refuse_in_capture("dropout (its seed and offset are the capture's: every replay would "
+                                             "draw the same mask)");
   ::mixtape::cuda::DeviceGuard guard(device);  // launch on the tensor's device
   Tensor mask = empty(shape, TensorOptions(DType::kBool).device(device));
   const int64_t n = mask.numel();

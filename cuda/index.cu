@@ -397,6 +397,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 }  // namespace
 
 Tensor randperm(int64_t n, uint64_t seed, uint64_t offset, Device device) {
+  ::mixtape::cuda::detail::refuse_in_capture("randperm (its seed and offset are the capture's: every replay would "
+                                             "draw the same permutation)");
   ::mixtape::cuda::DeviceGuard guard(device);
   const TensorOptions i64 = TensorOptions(DType::kI64).device(device);
   Tensor out = empty({n}, i64);

@@ -121,6 +121,7 @@ void synchronize() {
   require_available("cuda::synchronize");
   int device = -1;
   MT_CUDA_CHECK(cudaGetDevice(&device), "cuda::synchronize: querying the current device");
+  detail::refuse_in_capture("cuda::synchronize (a host wait)");
   detail::count_synchronization();
   MT_CUDA_CHECK(cudaDeviceSynchronize(), "cuda::synchronize on cuda:", device);
 }
@@ -341,6 +342,9 @@ class CudaMemory final : public DeviceMemory {
   void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) override {
     MT_CHECK(dst_device.is_cuda() || src_device.is_cuda(), "cuda copy_bytes: neither side (", src_device, " -> ",
              dst_device, ") is a CUDA device");
+    if (!dst_device.is_cuda() || !src_device.is_cuda())
+      detail::refuse_in_capture(!dst_device.is_cuda() ? "a copy from a CUDA device to the host (an item(), a .cpu())"
+                                                      : "a copy from the host to a CUDA device");
     if (!dst_device.is_cuda()) detail::count_device_to_host_copy();
     if (nbytes == 0) return;
     if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
@@ -369,6 +373,7 @@ class CudaMemory final : public DeviceMemory {
   void synchronize(int device) override {
     require_device(device, "cuda synchronize");
     DeviceGuard guard(device);
+    detail::refuse_in_capture("a device synchronize (a host wait)");
     detail::count_synchronization();
     MT_CUDA_CHECK(cudaDeviceSynchronize(), "cuda synchronize on cuda:", device);
   }

@@ -5,6 +5,7 @@
 // available, and asking for a device is an error that says how to get one.
 #if !MIXTAPE_WITH_CUDA
 
+#include <mixtape/cuda/graph.h>
 #include <mixtape/cuda/runtime.h>
 #include <mixtape/cuda/stream.h>
 #include <mixtape/cuda/testing.h>
@@ -106,6 +107,18 @@ void Event::wait(const Stream&) const {}
 bool Event::query() const { return true; }
 void Event::synchronize() const {}
 float Event::elapsed_ms(const Event&) const { MT_ERROR("cuda::Event::elapsed_ms: ", kNoCuda, " (", kHowTo, ")"); }
+
+// ---- graphs: none can be captured ----------------------------------------------------------------
+
+struct Graph::Impl {};
+Graph::Graph() noexcept = default;
+Graph::~Graph() = default;
+Graph::Graph(Graph&&) noexcept = default;
+Graph& Graph::operator=(Graph&&) noexcept = default;
+void Graph::capture(const std::function<void()>&) { MT_ERROR("cuda::Graph::capture: ", kNoCuda, " (", kHowTo, ")"); }
+void Graph::replay() { MT_ERROR("cuda::Graph::replay: nothing was captured (", kNoCuda, ")"); }
+bool Graph::captured() const noexcept { return false; }
+size_t Graph::node_count() const { return 0; }
 
 }  // namespace mixtape::cuda
 

@@ -45,6 +45,18 @@ namespace detail {
 void count_synchronization() noexcept { g_synchronizations.fetch_add(1, std::memory_order_relaxed); }
 void count_device_to_host_copy() noexcept { g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed); }
 void count_cluster_launch() noexcept { g_cluster_launches.fetch_add(1, std::memory_order_relaxed); }
+
+Capture& thread_capture() noexcept {
+  thread_local Capture capture;
+  return capture;
+}
+
+void refuse_in_capture(const char* what) {
+  const Capture& c = thread_capture();
+  MT_CHECK(c.stream == nullptr, "cuda::Graph::capture on cuda:", c.device, ": ", what,
+           " inside a capture (a graph replays kernels and device copies only: this would happen once, now, and "
+           "never at a replay; do it outside the captured code)");
+}
 }  // namespace detail
 
 DebugCounters debug_counters() noexcept {
@@ -96,6 +108,7 @@ bool Stream::query() const {
 }
 
 void Stream::synchronize() const {
+  detail::refuse_in_capture("cuda::Stream::synchronize (a host wait)");
   DeviceGuard guard(m_device);
   detail::count_synchronization();
   MT_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(*this)), "cuda::Stream::synchronize on cuda:", m_device);
@@ -183,6 +196,7 @@ bool Event::query() const {
 
 void Event::synchronize() const {
   if (!m_event) return;
+  detail::refuse_in_capture("cuda::Event::synchronize (a host wait)");
   detail::count_synchronization();
   MT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(m_event)), "cuda::Event::synchronize on cuda:",
                 m_device);

@@ -69,6 +69,16 @@ void count_synchronization() noexcept;
 void count_device_to_host_copy() noexcept;
 /// Bumped by every kernel launched as thread-block clusters: debug_counters().
 void count_cluster_launch() noexcept;
+
+/// The CUDA graph capture the calling thread is running (cuda/graph.h), if any: its stream and device.
+struct Capture {
+  cudaStream_t stream = nullptr;
+  int device = -1;
+};
+Capture& thread_capture() noexcept;
+/// Throws mixtape::Error when the calling thread is capturing a CUDA graph: `what` (a host wait, a copy to or from
+/// the host, a random draw) would happen once, at the capture, instead of at every replay.
+void refuse_in_capture(const char* what);
 }  // namespace detail
 
 }  // namespace mixtape::cuda

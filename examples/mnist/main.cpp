@@ -9,7 +9,9 @@
 // (step_on_device: the optimizer's kernels read found_inf), its count read with the loss. On a GPU the whole dataset
 // lives on the device, normalised once: each epoch's order is drawn there (mixtape::randperm) and each batch
 // gathered there (index_select), so a step copies nothing from the host. On the CPU the DataLoader assembles each
-// batch one ahead on a worker thread (--resident on|off chooses either on any device).
+// batch one ahead on a worker thread (--resident on|off chooses either on any device). With --cuda-graph, after a
+// few eager steps one training step is captured into a CUDA graph and every later step is one replay of it on the
+// next batch, copied into the graph's input tensors (mixtape::cuda::Graph).
 #include <omp.h>
 
 #include <algorithm>
@@ -70,7 +72,12 @@ struct Options {
   int64_t inspect_step = 100;  // the training step --inspect looks at (1: the first)
   int64_t max_steps = 0;     // 0: no bound
   int64_t log_interval = 20;  // steps between two host reads of the loss
+  bool cuda_graph = false;    // replay a captured training step
 };
+
+/// Eager steps before --cuda-graph captures one: the optimizer's and the scaler's state exist by then, and each
+/// kernel has made its one-time queries (a capture must find nothing left to create on the host's side).
+constexpr int64_t kGraphWarmupSteps = 3;
 
 std::string one_line(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
@@ -309,6 +316,17 @@ int run(const Options& opt) {
                                             : opt.precision == "bf16" ? std::optional(mt::kBF16)
                                                                       : std::nullopt;
   const bool fp16 = opt.precision == "fp16";
+  if (opt.cuda_graph) {
+    // What a replayed graph cannot do: it repeats the capture's kernels with the capture's arguments.
+    if (!device.is_cuda()) throw UsageError("--cuda-graph: CUDA graphs need --device cuda (or auto on a GPU)");
+    if (opt.model == "cnn")
+      throw UsageError("--cuda-graph: the cnn's dropout draws new masks every step, which a replay cannot (use "
+                       "--model mlp)");
+    if (opt.schedule != "constant")
+      throw UsageError("--cuda-graph: a graph keeps the learning rate of its capture (use --schedule constant)");
+    if (!opt.inspect.empty()) throw UsageError("--cuda-graph: --inspect reads its step on the host; drop one of them");
+    if (opt.resident == "off") throw UsageError("--cuda-graph: the batches must be on the device (--resident on)");
+  }
 
   const mt::data::DatasetLocation location = mt::data::find_mnist(opt.data);
   const mt::data::MNIST train_set(location, mt::data::Split::kTrain);
@@ -380,6 +398,27 @@ int run(const Options& opt) {
   int64_t samples = 0, run_steps = 0, skipped = 0;
   bool stop = false;
 
+  // One training step on a batch; returns its loss, () f32 on the device. --cuda-graph captures one call of it.
+  auto train_step = [&](const Tensor& x, const Tensor& y) {
+    optimizer->zero_grad();
+    Tensor loss;
+    {
+      mt::amp::Autocast ac(autocast.value_or(mt::kF16), autocast.has_value());
+      loss = mt::cross_entropy(model->forward(x), y);  // () f32 in every precision
+    }
+    if (fp16) {
+      scaler.scale(loss).backward();
+      scaler.step_on_device(*optimizer);  // skipped, on the device, when a gradient overflowed
+      scaler.update();
+    } else {
+      loss.backward();
+      optimizer->step();
+    }
+    return loss;
+  };
+  mt::cuda::Graph graph;              // --cuda-graph: one captured step
+  Tensor graph_x, graph_y, graph_loss;  // its input batch and its loss
+
   for (int epoch = first_epoch; epoch < opt.epochs && !stop; ++epoch) {
     const auto epoch_start = Clock::now();
     // A seed per epoch, so a resumed run sees the batches an uninterrupted one would have.
@@ -399,19 +438,20 @@ int run(const Options& opt) {
       std::optional<mt::amp::Inspect> inspect;
       if (!opt.inspect.empty() && step + 1 == opt.inspect_step)
         inspect.emplace(mt::amp::InspectOptions{.parameters = model->named_parameters()});
-      optimizer->zero_grad();
       Tensor loss;
-      {
-        mt::amp::Autocast ac(autocast.value_or(mt::kF16), autocast.has_value());
-        loss = mt::cross_entropy(model->forward(x), y);  // () f32 in every precision
-      }
-      if (fp16) {
-        scaler.scale(loss).backward();
-        scaler.step_on_device(*optimizer);  // skipped, on the device, when a gradient overflowed
-        scaler.update();
+      if (opt.cuda_graph && run_steps >= kGraphWarmupSteps) {
+        if (!graph.captured()) {  // the graph's inputs: tensors it reads at every replay, overwritten in between
+          graph_x = x.clone();
+          graph_y = y.clone();
+          graph.capture([&] { graph_loss = train_step(graph_x, graph_y); });
+        } else {
+          graph_x.copy_(x);
+          graph_y.copy_(y);
+        }
+        graph.replay();
+        loss = graph_loss;
       } else {
-        loss.backward();
-        optimizer->step();
+        loss = train_step(x, y);
       }
       if (schedule) schedule->step();
       if (inspect) write_inspection(opt.inspect, inspect->report(), step + 1);
@@ -524,6 +564,9 @@ int main(int argc, char** argv) {
                  "keep the dataset on the device, shuffled and batched there: auto (on a GPU), on, or off (the "
                  "DataLoader, a batch ahead on a worker thread)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_flag("--cuda-graph", opt.cuda_graph,
+               "after a few eager steps, capture one training step in a CUDA graph and replay it for the others "
+               "(GPU, mlp, --schedule constant)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

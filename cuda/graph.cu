@@ -1,0 +1,111 @@
+// cuda/graph.cu — cuda::Graph (cuda/graph.h): stream capture into a CUDA graph, with a memory pool of its own.
+//
+// A capture runs on a stream made for it, in cudaStreamCaptureModeThreadLocal (the capturing thread may not call
+// what would make the graph wrong; other threads, a data loader's, go on). While it runs, the calling thread's
+// detail::thread_capture() names that stream: the allocator hands out the graph's pool (allocator.cuh) and the
+// runtime refuses host copies, host waits and random draws with an error that says why (detail::refuse_in_capture).
+#include <mixtape/cuda/graph.h>
+
+#include <exception>
+#include <utility>
+
+#include <cuda_runtime.h>
+
+#include <mixtape/core/error.h>
+#include <mixtape/cuda/allocator.cuh>
+#include <mixtape/cuda/check.h>
+#include <mixtape/cuda/runtime.h>
+#include <mixtape/cuda/stream.cuh>
+#include <mixtape/cuda/stream.h>
+
+namespace mixtape::cuda {
+
+struct Graph::Impl {
+  int device = -1;
+  Stream stream;                       // the capture's
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  GraphPool* pool = nullptr;           // its memory, reserved while it lives
+  bool replayed = false;
+  cudaStream_t last_stream = nullptr;  // the stream of the last replay
+
+  ~Impl() {
+    int previous = -1;
+    const bool switched =
+        cudaGetDevice(&previous) == cudaSuccess && previous != device && cudaSetDevice(device) == cudaSuccess;
+    if (pool && replayed) {  // replays may still be writing the pool's blocks
+      detail::count_synchronization();
+      (void)cudaDeviceSynchronize();
+    }
+    if (exec) (void)cudaGraphExecDestroy(exec);
+    if (graph) (void)cudaGraphDestroy(graph);
+    if (pool) release_graph_pool(pool, replayed ? last_stream : cuda_stream(stream));
+    if (switched) (void)cudaSetDevice(previous);
+    (void)cudaGetLastError();
+  }
+};
+
+Graph::Graph() noexcept = default;
+Graph::~Graph() = default;
+Graph::Graph(Graph&&) noexcept = default;
+Graph& Graph::operator=(Graph&&) noexcept = default;
+
+void Graph::capture(const std::function<void()>& body) {
+  MT_CHECK(!m_impl, "cuda::Graph::capture: this graph holds a capture already (a graph is captured once; make "
+                    "another Graph)");
+  MT_CHECK(is_available(), "cuda::Graph::capture: CUDA is unavailable (", unavailable_reason(), ")");
+  MT_CHECK(detail::thread_capture().stream == nullptr,
+           "cuda::Graph::capture: this thread is capturing a graph already (captures do not nest)");
+  auto impl = std::make_unique<Impl>();
+  MT_CUDA_CHECK(cudaGetDevice(&impl->device), "cuda::Graph::capture: querying the current device");
+  const int device = impl->device;
+  impl->stream = Stream::create(device);
+  const cudaStream_t s = cuda_stream(impl->stream);
+  impl->pool = begin_graph_capture(device, s);
+  {
+    StreamGuard on(impl->stream);
+    const cudaError_t began = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    if (began != cudaSuccess) end_graph_capture(impl->pool);  // impl's destructor releases the pool
+    MT_CUDA_CHECK(began, "cuda::Graph::capture: beginning a capture on cuda:", device);
+
+    detail::thread_capture() = {s, device};
+    std::exception_ptr failure;
+    try {
+      body();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    detail::thread_capture() = {};
+    const cudaError_t ended = cudaStreamEndCapture(s, &impl->graph);
+    end_graph_capture(impl->pool);
+    if (failure) {
+      (void)cudaGetLastError();       // an invalidated capture's error is the body's exception's cause
+      std::rethrow_exception(failure);  // impl's destructor drops the partial graph and its pool
+    }
+    MT_CUDA_CHECK(ended, "cuda::Graph::capture on cuda:", device,
+                  ": ending the capture (the captured code did something a capture cannot record)");
+  }
+  MT_CUDA_CHECK(cudaGraphInstantiate(&impl->exec, impl->graph, 0), "cuda::Graph::capture: instantiating the graph "
+                "on cuda:", device);
+  m_impl = std::move(impl);
+}
+
+void Graph::replay() {
+  MT_CHECK(m_impl, "cuda::Graph::replay: nothing was captured");
+  DeviceGuard guard(m_impl->device);
+  const cudaStream_t s = launch_stream(m_impl->device);
+  MT_CUDA_CHECK(cudaGraphLaunch(m_impl->exec, s), "cuda::Graph::replay on cuda:", m_impl->device);
+  m_impl->last_stream = s;
+  m_impl->replayed = true;
+}
+
+bool Graph::captured() const noexcept { return m_impl != nullptr; }
+
+size_t Graph::node_count() const {
+  if (!m_impl) return 0;
+  size_t n = 0;
+  MT_CUDA_CHECK(cudaGraphGetNodes(m_impl->graph, nullptr, &n), "cuda::Graph::node_count");
+  return n;
+}
+
+}  // namespace mixtape::cuda

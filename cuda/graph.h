@@ -1,0 +1,61 @@
+// cuda/graph.h — CUDA graphs: the kernels a piece of code launches, captured once and replayed for the cost of one
+// launch (PyTorch's torch.cuda.CUDAGraph).
+//
+// The one design idea: a capture runs the code on the host as usual — the tape records, the optimizer walks its
+// parameters — but every kernel and device copy it issues is recorded into the graph instead of running, with its
+// arguments as they are at the capture: pointers, shapes, and scalars such as a learning rate. So a replay repeats
+// exactly that work on exactly that memory. What the captured code allocates comes from a memory pool of the graph
+// and stays reserved for the replays (its tensors may die: their memory does not go to anyone else while the graph
+// lives); inputs are tensors made before the capture that the program overwrites in place (copy_) before each
+// replay, and outputs are tensors the capture made that the program keeps. Work that the device cannot repeat on
+// its own is refused with a mixtape::Error during the capture: a copy to or from the host (item(), .cpu()), a host
+// wait, a random draw (dropout, randperm: its seed would be the capture's at every replay).
+//
+//   mt::Tensor x = ..., y = ...;              // the static inputs, on the GPU
+//   for (int i = 0; i < 3; ++i) step(x, y);   // warm up eagerly: optimizer state, scaler state, caches
+//   mt::cuda::Graph graph;
+//   graph.capture([&] { step(x, y); });       // records one step, runs nothing
+//   for (auto& [bx, by] : batches) {
+//     x.copy_(bx); y.copy_(by);                // the next batch into the static inputs
+//     graph.replay();                          // one launch: forward, backward, unscale, optimizer step, scale update
+//   }
+#pragma once
+
+#include <functional>
+#include <memory>
+
+namespace mixtape::cuda {
+
+class Graph {
+ public:
+  /// An empty graph; capture() fills it.
+  Graph() noexcept;
+  /// Waits for the device to finish the graph's replays, then gives its memory back to the cache.
+  ~Graph();
+  Graph(Graph&&) noexcept;
+  Graph& operator=(Graph&&) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  /// Runs `body` on the host with the current device's kernels and device copies recorded into this graph instead
+  /// of executed (on a stream of its own: the work queued before is not part of it). Throws mixtape::Error when the
+  /// graph holds a capture already, when CUDA is unavailable, when `body` throws (the capture is dropped and the
+  /// exception passes through), or when `body` does what a graph cannot replay (see the top of this file).
+  void capture(const std::function<void()>& body);
+
+  /// Launches the captured work on the current stream of the graph's device, ordered after the work queued there
+  /// before; the host does not wait. Throws mixtape::Error when nothing was captured.
+  void replay();
+
+  /// Whether capture() succeeded.
+  bool captured() const noexcept;
+
+  /// Kernels and copies the capture recorded (the graph's nodes); 0 before a capture.
+  size_t node_count() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace mixtape::cuda

@@ -1,0 +1,242 @@
+// tests/test_cuda_graph.cpp — cuda::Graph (cuda/graph.h): capture once, replay on new inputs.
+//
+// Without a GPU: a capture is a clear error. On a GPU: a replay computes what eager code computes on the same
+// inputs, bit for bit (the same kernels on the same memory); the graph's memory stays its own until it dies; what a
+// graph cannot replay (a copy to the host, a host wait, a random draw) is refused during the capture and leaves the
+// thread and the allocator as they were; and a whole mixed precision training step — autocast forward, scaled
+// backward, unscale, AdamW on the device, the scale's update — replayed step after step trains exactly as the eager
+// steps do, including the steps the scaler skips, without a host read or wait.
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <mixtape/mixtape.h>
+
+#include "compare.h"
+#include "reference.h"
+#include "test_util.h"
+
+namespace mt = mixtape;
+namespace cu = mixtape::cuda;
+using mt::Device;
+using mt::DType;
+using mt::Tensor;
+using mt::TensorOptions;
+using mt::test::expect_error;
+using mt::test::expect_same_bits;
+
+namespace {
+
+struct CudaUnavailable {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
+    boost::test_tools::assertion_result r(!cu::is_available());
+    if (!r) r.message() << "CUDA is available here: the no-CUDA behaviour is not observable";
+    return r;
+  }
+};
+
+Tensor on_gpu(const Tensor& t) { return mt::raw::to(t, Device::cuda()); }
+
+Tensor randn_gpu(const mt::Shape& shape, uint64_t seed) {
+  return on_gpu(mt::test::randn_seeded(shape, DType::kF32, seed));
+}
+
+/// The small computation the graph cases capture: relu(x·w + 1) summed over rows, with temporaries.
+Tensor small_net(const Tensor& x, const Tensor& w) { return mt::sum(mt::relu(mt::matmul(x, w) + 1.0), {0}); }
+
+/// A 784-256-10 MLP's training step under fp16 autocast with the GradScaler and AdamW: what examples/mnist
+/// --cuda-graph captures.
+struct AmpTrainer {
+  bool seeded;  // first: the layers below draw their weights after manual_seed
+  mt::nn::Linear fc1{784, 256}, fc2{256, 10};
+  std::unique_ptr<mt::optim::AdamW> opt;
+  mt::amp::GradScaler scaler{{.init_scale = 65536.0, .growth_interval = 3}};
+
+  explicit AmpTrainer(uint64_t seed) : seeded((mt::manual_seed(seed), true)) {
+    fc1.to(Device::cuda());
+    fc2.to(Device::cuda());
+    opt = std::make_unique<mt::optim::AdamW>(parameters(), mt::optim::AdamWOptions{.lr = 1e-3});
+  }
+  std::vector<Tensor> parameters() const { return {fc1.weight, fc1.bias, fc2.weight, fc2.bias}; }
+
+  Tensor step(const Tensor& x, const Tensor& y) {
+    opt->zero_grad();
+    Tensor loss;
+    {
+      mt::amp::Autocast ac(mt::kF16);
+      loss = mt::cross_entropy(fc2(mt::relu(fc1(x))), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step_on_device(*opt);
+    scaler.update();
+    return loss;
+  }
+};
+
+/// Batch k of the AMP cases: N(0, 1) images, labels k·i mod 10; batch 5's images are huge, so that its f16
+/// activations overflow and the scaler skips its step (and backs off).
+std::pair<Tensor, Tensor> batch(int k) {
+  Tensor x = randn_gpu({64, 784}, 1000 + static_cast<uint64_t>(k));
+  if (k == 5) x = x * 1e6;
+  std::vector<int64_t> labels(64);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>((static_cast<size_t>(k) * i) % 10);
+  return {x, on_gpu(mt::from_vector<int64_t>(labels, {64}))};
+}
+
+}  // namespace
+
+// ---- what every machine must do ----------------------------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(cuda_graph_cpu, *boost::unit_test::label("cpu"))
+
+BOOST_AUTO_TEST_CASE(a_graph_without_cuda_is_a_clear_error, *boost::unit_test::precondition(CudaUnavailable())) {
+  cu::Graph graph;
+  BOOST_TEST(!graph.captured());
+  BOOST_TEST(graph.node_count() == 0u);
+  bool ran = false;
+  expect_error([&] { graph.capture([&] { ran = true; }); }, {"cuda::Graph::capture", "CUDA"});
+  BOOST_TEST(!ran, "the body of a capture that cannot happen does not run");
+  expect_error([&] { graph.replay(); }, {"cuda::Graph::replay", "nothing was captured"});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- on a GPU ----------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(cuda_graph_gpu)
+
+BOOST_AUTO_TEST_CASE(a_replay_computes_what_eager_code_computes_on_new_inputs, MT_GPU_TEST) {
+  Tensor x = randn_gpu({96, 40}, 1);
+  const Tensor w = randn_gpu({40, 24}, 2);
+  (void)small_net(x, w);  // warm up: one-time queries happen eagerly
+  cu::Graph graph;
+  Tensor out;
+  graph.capture([&] { out = small_net(x, w); });
+  BOOST_TEST(graph.captured());
+  BOOST_TEST(graph.node_count() >= 3u);  // the product, the add-relu, the sum at least
+  for (uint64_t round = 0; round < 3; ++round) {
+    x.copy_(randn_gpu({96, 40}, 10 + round));  // the next input, into the graph's input tensor
+    graph.replay();
+    expect_same_bits(out, small_net(x, w), mt::test::describe("replay ", round, " vs eager"));
+  }
+  // Replays allocate nothing: their memory was set aside at the capture.
+  cu::synchronize();
+  const cu::MemoryStats before = cu::memory_stats();
+  for (int i = 0; i < 5; ++i) graph.replay();
+  cu::synchronize();
+  const cu::MemoryStats after = cu::memory_stats();
+  BOOST_TEST(after.allocated_bytes == before.allocated_bytes);
+  BOOST_TEST(after.num_cuda_malloc == before.num_cuda_malloc);
+  BOOST_TEST(after.num_cache_hits == before.num_cache_hits);
+  expect_error([&] { graph.capture([] {}); }, {"cuda::Graph::capture", "captured once"});
+}
+
+BOOST_AUTO_TEST_CASE(a_graphs_memory_is_its_own_until_it_dies, MT_GPU_TEST) {
+  cu::synchronize();
+  cu::empty_cache();
+  const Tensor x = randn_gpu({1, 12347}, 3);  // a size class of its own
+  void* temporary = nullptr;
+  Tensor out;
+  {
+    cu::Graph graph;
+    graph.capture([&] {
+      const Tensor t = x * 2.0;  // dies inside the capture; the graph writes it at every replay
+      temporary = t.data_ptr();
+      out = t + 1.0;
+    });
+    graph.replay();
+    // While the graph lives, nobody else gets the temporary's memory.
+    std::vector<Tensor> others;
+    for (int i = 0; i < 4; ++i) {
+      others.push_back(mt::empty({1, 12347}, TensorOptions(DType::kF32).device(Device::cuda())));
+      BOOST_TEST(others.back().data_ptr() != temporary);
+    }
+    expect_same_bits(out, x * 2.0 + 1.0, "the graph's output");
+  }
+  // The graph is gone: its memory is the cache's again (among the cached blocks of the class, taken before any new
+  // cudaMalloc).
+  const int64_t mallocs = cu::memory_stats().num_cuda_malloc;
+  std::vector<Tensor> from_cache;
+  bool found = false;
+  while (!found && cu::memory_stats().num_cuda_malloc == mallocs) {
+    from_cache.push_back(mt::empty({1, 12347}, TensorOptions(DType::kF32).device(Device::cuda())));
+    found = from_cache.back().data_ptr() == temporary;
+  }
+  BOOST_TEST(found, "the temporary's block came back from the cache");
+  expect_same_bits(out, x * 2.0 + 1.0, "an output kept past its graph");
+}
+
+BOOST_AUTO_TEST_CASE(what_a_graph_cannot_replay_is_refused, MT_GPU_TEST) {
+  const Tensor x = randn_gpu({8, 8}, 4);
+  struct Refused {
+    std::string name, message;
+    std::function<void()> body;
+  };
+  const std::vector<Refused> refused = {
+      {"item()", "copy from a CUDA device to the host", [&] { (void)mt::sum(x).item<float>(); }},
+      {"a tensor from the host", "copy from the host", [&] { (void)on_gpu(mt::ones({3})); }},
+      {"synchronize", "host wait", [] { cu::synchronize(); }},
+      {"dropout", "dropout", [&] { (void)mt::dropout(x, 0.5, true); }},
+  };
+  for (const Refused& r : refused) {
+    BOOST_TEST_CONTEXT(r.name) {
+      cu::Graph graph;
+      expect_error([&] { graph.capture([&] { (void)(x + 1.0); r.body(); }); }, {"cuda::Graph::capture", r.message});
+      BOOST_TEST(!graph.captured());
+      // The thread is out of the capture: eager work and a new capture go on.
+      expect_same_bits(mt::raw::to(x + 1.0, Device::cpu()), mt::raw::to(x, Device::cpu()) + 1.0, "eager work after");
+      cu::Graph next;
+      Tensor y;
+      next.capture([&] { y = x * 3.0; });
+      next.replay();
+      expect_same_bits(y, x * 3.0, "a capture after the refused one");
+    }
+  }
+  // An exception of the body's own passes through, and leaves no capture behind.
+  cu::Graph graph;
+  BOOST_CHECK_THROW(graph.capture([] { throw std::out_of_range("the body's"); }), std::out_of_range);
+  BOOST_TEST(!graph.captured());
+  BOOST_TEST(mt::sum(x * 0.0).item<float>() == 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(a_replayed_amp_step_trains_as_eager_steps_do, MT_GPU_TEST) {
+  AmpTrainer eager(7), graphed(7);
+  for (int k = 0; k < 3; ++k) {  // warm-up: optimizer and scaler state
+    const auto [x, y] = batch(k);
+    eager.step(x, y);
+    graphed.step(x, y);
+  }
+  const auto [x0, y0] = batch(3);
+  Tensor static_x = x0.clone(), static_y = y0.clone();
+  cu::Graph graph;
+  Tensor static_loss;
+  graph.capture([&] { static_loss = graphed.step(static_x, static_y); });
+  cu::synchronize();
+  cu::reset_debug_counters();
+  for (int k = 3; k < 12; ++k) {
+    BOOST_TEST_CONTEXT("step " << k) {
+      const auto [x, y] = batch(k);
+      const Tensor loss = eager.step(x, y);
+      static_x.copy_(x);
+      static_y.copy_(y);
+      graph.replay();
+      const cu::DebugCounters c = cu::debug_counters();
+      BOOST_TEST(c.device_to_host_copies == 0);
+      BOOST_TEST(c.synchronizations == 0);
+      cu::synchronize();
+      expect_same_bits(static_loss, loss, "the loss");
+      const std::vector<Tensor> a = eager.parameters(), b = graphed.parameters();
+      for (size_t i = 0; i < a.size(); ++i) expect_same_bits(b[i].detach(), a[i].detach(), "parameter");
+      cu::reset_debug_counters();
+    }
+  }
+  BOOST_TEST(graphed.scaler.get_scale() == eager.scaler.get_scale());
+  BOOST_TEST(graphed.scaler.skipped_steps() == eager.scaler.skipped_steps());
+  BOOST_TEST(eager.scaler.skipped_steps() >= 1, "batch 5 overflowed f16: a skipped step was replayed too");
+  const mt::StateDict sa = eager.opt->state_dict(), sb = graphed.opt->state_dict();
+  for (const auto& [key, value] : sa) expect_same_bits(sb.at(key), value, "optimizer state " + key);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
