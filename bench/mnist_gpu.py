@@ -6,7 +6,7 @@ weights, data, batch size (128), optimizer (AdamW lr 1e-3) and epochs are traine
   mixtape        bench_mnist_gpu (a child process; it writes the initial weights as safetensors first)
   pytorch        torch.autocast + torch.amp.GradScaler, torch.optim.AdamW with its defaults (foreach on CUDA)
   pytorch fused  the same with AdamW(fused=True)
-  mixtape+graph  with --cuda-graph, the MLP again, one captured step replayed as a CUDA graph (bench_mnist_gpu)
+  mixtape+graph  with --cuda-graph, mixtape again, one captured step replayed as a CUDA graph (bench_mnist_gpu)
 each with the whole training set resident on the device (normalised once; a permutation per epoch drawn there,
 batches gathered with index_select there) and timed alike (bench/mnist_gpu.cpp says how): steady-state step time,
 samples/s, time per epoch, peak device memory during training beyond the dataset's, final test accuracy. The ratio
@@ -243,7 +243,7 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="append every row as a JSON line to this file")
     parser.add_argument("--cuda-graph", action="store_true",
-                        help="also time mixtape's MLP replaying a captured step (a mixtape+graph row)")
+                        help="also time mixtape replaying a captured step (a mixtape+graph row)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("mnist_gpu.py: --device cuda, but PyTorch sees no GPU (--device cpu checks the plumbing)")
@@ -257,7 +257,7 @@ def main():
                 weights = os.path.join(tmp, f"{model_name}.safetensors")
                 print(f"  {model_name} {precision}: mixtape...", end="", file=sys.stderr, flush=True)
                 group = [run_mixtape(args, model_name, precision, weights)]
-                if args.cuda_graph and model_name == "mlp" and args.device == "cuda":
+                if args.cuda_graph and args.device == "cuda":
                     print(" graph...", end="", file=sys.stderr, flush=True)
                     group.append(run_mixtape(args, model_name, precision, weights, graph=True))
                 for fused in (False, True):

@@ -5,6 +5,9 @@
 // reference calls (core/random.h) and compares in double as it does: the
 // same seed and offset give the same bits on both devices, whatever the grid.
 // Drawing here saves the CPU draw and the host-to-device copy of N bytes.
+// Inside a CUDA graph capture (cuda/graph.h) the offset is read at run time: the capture's offset relative to the
+// default generator's at the capture start, plus a base the graph writes before each replay (the generator's
+// offset then), so every replay draws the masks the eager steps would have drawn.
 #include <cuda_runtime.h>
 
 #include <mixtape/core/random.h>
@@ -16,10 +19,13 @@ namespace mixtape::kernels::cuda {
 
 namespace {
 
-/// mask[i] = uniform_float(philox4x32_10(seed, 0, offset + i)[0]) >= p. Overwrites mask.
+/// mask[i] = uniform_float(philox4x32_10(seed, 0, base + offset + i)[0]) >= p, base = *offset_base (0 when
+/// null). Overwrites mask.
 __global__ void __launch_bounds__(kBlockThreads) dropout_mask_kernel(bool* __restrict__ mask,  // (numel), contiguous
                                                                    int64_t numel, double p, uint64_t seed,
-                                                                   uint64_t offset) {
+                                                                   uint64_t offset,
+                                                                   const uint64_t* offset_base) {  // (1) or null
+  if (offset_base != nullptr) offset += *offset_base;
   for (int64_t i = first_index(); i < numel; i += grid_stride()) {
     uint32_t words[4];
     philox4x32_10(seed, 0, offset + static_cast<uint64_t>(i), words);
@@ -30,13 +36,20 @@ __global__ void __launch_bounds__(kBlockThreads) dropout_mask_kernel(bool* __res
 }  // namespace
 
 Tensor dropout_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset, Device device) {
-  ::mixtape::cuda::detail::refuse_in_capture("dropout (its seed and offset are the capture's: every replay would "
-                                             "draw the same mask)");
+  const uint64_t* offset_base = nullptr;
+  if (const ::mixtape::cuda::detail::Capture& c = ::mixtape::cuda::detail::thread_capture(); c.stream != nullptr) {
+    MT_CHECK(seed == c.philox_seed && offset >= c.philox_origin, "cuda::Graph::capture on cuda:", c.device,
+             ": dropout drawing from a generator other than the default one inside a capture (a replay can draw "
+             "the default generator's next masks only)");
+    offset -= c.philox_origin;
+    offset_base = c.philox_base;
+  }
   ::mixtape::cuda::DeviceGuard guard(device);  // launch on the tensor's device
   Tensor mask = empty(shape, TensorOptions(DType::kBool).device(device));
   const int64_t n = mask.numel();
   if (n == 0) return mask;
-  dropout_mask_kernel<<<grid_blocks(n), kBlockThreads, 0, launch_stream()>>>(mask.data<bool>(), n, p, seed, offset);
+  dropout_mask_kernel<<<grid_blocks(n), kBlockThreads, 0, launch_stream()>>>(mask.data<bool>(), n, p, seed, offset,
+                                                                             offset_base);
   MT_CUDA_CHECK_LAUNCH("dropout_mask_kernel (shape ", shape, ", p ", p, " on ", device, ")");
   return mask;
 }

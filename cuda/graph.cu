@@ -3,7 +3,10 @@
 // A capture runs on a stream made for it, in cudaStreamCaptureModeThreadLocal (the capturing thread may not call
 // what would make the graph wrong; other threads, a data loader's, go on). While it runs, the calling thread's
 // detail::thread_capture() names that stream: the allocator hands out the graph's pool (allocator.cuh) and the
-// runtime refuses host copies, host waits and random draws with an error that says why (detail::refuse_in_capture).
+// runtime refuses host copies and host waits with an error that says why (detail::refuse_in_capture). Dropout
+// draws from the default generator: the capture rewinds the generator to where it began (nothing ran), and each
+// replay takes the counters its draws need from the generator and writes the first one to a device slot the
+// captured kernels add to their offsets, so replays draw what eager steps would.
 #include <mixtape/cuda/graph.h>
 
 #include <exception>
@@ -12,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <mixtape/core/error.h>
+#include <mixtape/core/random.h>
 #include <mixtape/cuda/allocator.cuh>
 #include <mixtape/cuda/check.h>
 #include <mixtape/cuda/runtime.h>
@@ -19,6 +23,13 @@
 #include <mixtape/cuda/stream.h>
 
 namespace mixtape::cuda {
+
+namespace {
+
+/// *slot = value, by one thread: the default generator's offset for the replay that follows on the stream.
+__global__ void __launch_bounds__(1) set_offset_kernel(uint64_t* slot, uint64_t value) { *slot = value; }
+
+}  // namespace
 
 struct Graph::Impl {
   int device = -1;
@@ -28,6 +39,8 @@ struct Graph::Impl {
   GraphPool* pool = nullptr;           // its memory, reserved while it lives
   bool replayed = false;
   cudaStream_t last_stream = nullptr;  // the stream of the last replay
+  uint64_t* philox_slot = nullptr;     // (1): the default generator's offset at the replay running
+  uint64_t philox_counters = 0;        // the generator's counters one replay uses
 
   ~Impl() {
     int previous = -1;
@@ -40,6 +53,7 @@ struct Graph::Impl {
     if (exec) (void)cudaGraphExecDestroy(exec);
     if (graph) (void)cudaGraphDestroy(graph);
     if (pool) release_graph_pool(pool, replayed ? last_stream : cuda_stream(stream));
+    if (philox_slot) cached_deallocate(philox_slot);
     if (switched) (void)cudaSetDevice(previous);
     (void)cudaGetLastError();
   }
@@ -61,6 +75,9 @@ void Graph::capture(const std::function<void()>& body) {
   const int device = impl->device;
   impl->stream = Stream::create(device);
   const cudaStream_t s = cuda_stream(impl->stream);
+  impl->philox_slot = static_cast<uint64_t*>(cached_allocate(sizeof(uint64_t), device));  // before: not the pool's
+  Generator& generator = default_generator();
+  const GeneratorState origin = generator.state();
   impl->pool = begin_graph_capture(device, s);
   {
     StreamGuard on(impl->stream);
@@ -68,7 +85,7 @@ void Graph::capture(const std::function<void()>& body) {
     if (began != cudaSuccess) end_graph_capture(impl->pool);  // impl's destructor releases the pool
     MT_CUDA_CHECK(began, "cuda::Graph::capture: beginning a capture on cuda:", device);
 
-    detail::thread_capture() = {s, device};
+    detail::thread_capture() = {s, device, origin.seed, origin.offset, impl->philox_slot};
     std::exception_ptr failure;
     try {
       body();
@@ -76,6 +93,8 @@ void Graph::capture(const std::function<void()>& body) {
       failure = std::current_exception();
     }
     detail::thread_capture() = {};
+    impl->philox_counters = generator.offset() - origin.offset;
+    generator.set_state(origin);  // nothing ran: the draws are the replays'
     const cudaError_t ended = cudaStreamEndCapture(s, &impl->graph);
     end_graph_capture(impl->pool);
     if (failure) {
@@ -94,6 +113,11 @@ void Graph::replay() {
   MT_CHECK(m_impl, "cuda::Graph::replay: nothing was captured");
   DeviceGuard guard(m_impl->device);
   const cudaStream_t s = launch_stream(m_impl->device);
+  if (m_impl->philox_counters > 0) {
+    set_offset_kernel<<<1, 1, 0, s>>>(m_impl->philox_slot, default_generator().advance(m_impl->philox_counters));
+    MT_CUDA_CHECK_LAUNCH("set_offset_kernel (the default generator's offset for a replay on cuda:", m_impl->device,
+                         ")");
+  }
   MT_CUDA_CHECK(cudaGraphLaunch(m_impl->exec, s), "cuda::Graph::replay on cuda:", m_impl->device);
   m_impl->last_stream = s;
   m_impl->replayed = true;

@@ -7,9 +7,11 @@
 // exactly that work on exactly that memory. What the captured code allocates comes from a memory pool of the graph
 // and stays reserved for the replays (its tensors may die: their memory does not go to anyone else while the graph
 // lives); inputs are tensors made before the capture that the program overwrites in place (copy_) before each
-// replay, and outputs are tensors the capture made that the program keeps. Work that the device cannot repeat on
-// its own is refused with a mixtape::Error during the capture: a copy to or from the host (item(), .cpu()), a host
-// wait, a random draw (dropout, randperm: its seed would be the capture's at every replay).
+// replay, and outputs are tensors the capture made that the program keeps. Dropout draws from the default
+// generator as eager code would: the capture takes no counters from it, each replay takes the ones its masks need,
+// so replays draw the masks eager steps would have drawn. Work that the device cannot repeat on its own is refused
+// with a mixtape::Error during the capture: a copy to or from the host (item(), .cpu()), a host wait, a draw from
+// another generator, randperm.
 //
 //   mt::Tensor x = ..., y = ...;              // the static inputs, on the GPU
 //   for (int i = 0; i < 3; ++i) step(x, y);   // warm up eagerly: optimizer state, scaler state, caches
@@ -44,7 +46,8 @@ class Graph {
   void capture(const std::function<void()>& body);
 
   /// Launches the captured work on the current stream of the graph's device, ordered after the work queued there
-  /// before; the host does not wait. Throws mixtape::Error when nothing was captured.
+  /// before (with dropout: after the default generator's offset is written for it); the host does not wait. Throws
+  /// mixtape::Error when nothing was captured.
   void replay();
 
   /// Whether capture() succeeded.

@@ -2,6 +2,8 @@
 // (internal: included by .cu files only).
 #pragma once
 
+#include <cstdint>
+
 #include <cuda_runtime.h>
 
 #include <mixtape/core/device.h>
@@ -70,10 +72,15 @@ void count_device_to_host_copy() noexcept;
 /// Bumped by every kernel launched as thread-block clusters: debug_counters().
 void count_cluster_launch() noexcept;
 
-/// The CUDA graph capture the calling thread is running (cuda/graph.h), if any: its stream and device.
+/// The CUDA graph capture the calling thread is running (cuda/graph.h), if any: its stream and device, and where a
+/// random draw finds its offset at a replay (the default generator's seed and offset at the capture start, and the
+/// device slot each replay sets to the generator's offset then: cuda/dropout.cu).
 struct Capture {
   cudaStream_t stream = nullptr;
   int device = -1;
+  uint64_t philox_seed = 0;
+  uint64_t philox_origin = 0;
+  const uint64_t* philox_base = nullptr;  // (1), device memory
 };
 Capture& thread_capture() noexcept;
 /// Throws mixtape::Error when the calling thread is capturing a CUDA graph: `what` (a host wait, a copy to or from

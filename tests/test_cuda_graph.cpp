@@ -1,9 +1,10 @@
 // tests/test_cuda_graph.cpp — cuda::Graph (cuda/graph.h): capture once, replay on new inputs.
 //
 // Without a GPU: a capture is a clear error. On a GPU: a replay computes what eager code computes on the same
-// inputs, bit for bit (the same kernels on the same memory); the graph's memory stays its own until it dies; what a
-// graph cannot replay (a copy to the host, a host wait, a random draw) is refused during the capture and leaves the
-// thread and the allocator as they were; and a whole mixed precision training step — autocast forward, scaled
+// inputs, bit for bit (the same kernels on the same memory); the graph's memory stays its own until it dies;
+// replayed dropout draws the masks eager calls would have drawn, from the same default generator; what a graph
+// cannot replay (a copy to the host, a host wait, a draw from another generator) is refused during the capture and
+// leaves the thread and the allocator as they were; and a whole mixed precision training step — autocast forward, scaled
 // backward, unscale, AdamW on the device, the scale's update — replayed step after step trains exactly as the eager
 // steps do, including the steps the scaler skips, without a host read or wait.
 #include <cstdint>
@@ -168,6 +169,25 @@ BOOST_AUTO_TEST_CASE(a_graphs_memory_is_its_own_until_it_dies, MT_GPU_TEST) {
   expect_same_bits(out, x * 2.0 + 1.0, "an output kept past its graph");
 }
 
+BOOST_AUTO_TEST_CASE(replayed_dropout_draws_the_masks_eager_dropout_would, MT_GPU_TEST) {
+  Tensor x = randn_gpu({33, 129}, 5);
+  const mt::GeneratorState start = mt::default_generator().state();
+  std::vector<Tensor> eager;
+  for (int i = 0; i < 3; ++i) eager.push_back(mt::dropout(x, 0.3, true));
+  const mt::GeneratorState after_eager = mt::default_generator().state();
+
+  mt::default_generator().set_state(start);
+  cu::Graph graph;
+  Tensor out;
+  graph.capture([&] { out = mt::dropout(x, 0.3, true) * 2.0; });
+  BOOST_TEST((mt::default_generator().state() == start), "a capture takes no counters: nothing ran");
+  for (int i = 0; i < 3; ++i) {
+    graph.replay();
+    expect_same_bits(out, eager[static_cast<size_t>(i)] * 2.0, mt::test::describe("replay ", i, " vs eager draw ", i));
+  }
+  BOOST_TEST((mt::default_generator().state() == after_eager), "each replay took its masks' counters");
+}
+
 BOOST_AUTO_TEST_CASE(what_a_graph_cannot_replay_is_refused, MT_GPU_TEST) {
   const Tensor x = randn_gpu({8, 8}, 4);
   struct Refused {
@@ -178,7 +198,12 @@ BOOST_AUTO_TEST_CASE(what_a_graph_cannot_replay_is_refused, MT_GPU_TEST) {
       {"item()", "copy from a CUDA device to the host", [&] { (void)mt::sum(x).item<float>(); }},
       {"a tensor from the host", "copy from the host", [&] { (void)on_gpu(mt::ones({3})); }},
       {"synchronize", "host wait", [] { cu::synchronize(); }},
-      {"dropout", "dropout", [&] { (void)mt::dropout(x, 0.5, true); }},
+      {"randperm", "randperm", [] { (void)mt::randperm(10, Device::cuda()); }},
+      {"dropout from another generator", "a generator other than the default one",
+       [&] {
+         mt::Generator other(99);
+         (void)mt::dropout(x, 0.5, true, &other);
+       }},
   };
   for (const Refused& r : refused) {
     BOOST_TEST_CONTEXT(r.name) {

@@ -319,9 +319,6 @@ int run(const Options& opt) {
   if (opt.cuda_graph) {
     // What a replayed graph cannot do: it repeats the capture's kernels with the capture's arguments.
     if (!device.is_cuda()) throw UsageError("--cuda-graph: CUDA graphs need --device cuda (or auto on a GPU)");
-    if (opt.model == "cnn")
-      throw UsageError("--cuda-graph: the cnn's dropout draws new masks every step, which a replay cannot (use "
-                       "--model mlp)");
     if (opt.schedule != "constant")
       throw UsageError("--cuda-graph: a graph keeps the learning rate of its capture (use --schedule constant)");
     if (!opt.inspect.empty()) throw UsageError("--cuda-graph: --inspect reads its step on the host; drop one of them");
@@ -566,7 +563,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--cuda-graph", opt.cuda_graph,
                "after a few eager steps, capture one training step in a CUDA graph and replay it for the others "
-               "(GPU, mlp, --schedule constant)");
+               "(GPU, --schedule constant)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
