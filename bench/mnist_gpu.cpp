@@ -32,6 +32,7 @@
 
 #include <mixtape/mixtape.h>
 
+#include "graph_step.h"
 #include "models.h"
 #include "resident.h"
 
@@ -52,10 +53,8 @@ struct Options {
   int64_t warmup = 50;
   int64_t max_steps = 0;  // per epoch; 0: the whole epoch
   uint64_t seed = 0;
-  bool cuda_graph = false;  // replay a captured step after kGraphWarmupSteps eager ones (examples/mnist --cuda-graph)
+  bool cuda_graph = false;  // replay a captured step after a few eager ones (examples/mnist --cuda-graph)
 };
-
-constexpr int64_t kGraphWarmupSteps = 3;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -93,7 +92,7 @@ int run(const Options& opt) {
   MT_CHECK(steps >= 2, "bench_mnist_gpu: an epoch of ", steps, " step(s) has no steady state to time");
   MT_CHECK(!opt.cuda_graph || device.is_cuda(), "bench_mnist_gpu: --cuda-graph needs --device cuda");
 
-  auto train_step = [&](const mt::Tensor& x, const mt::Tensor& y) {
+  mnist::GraphedStep train_step([&](const mt::Tensor& x, const mt::Tensor& y) {
     optimizer.zero_grad();
     mt::Tensor step_loss;
     {
@@ -109,9 +108,7 @@ int run(const Options& opt) {
       optimizer.step();
     }
     return step_loss;
-  };
-  mt::cuda::Graph graph;  // --cuda-graph: one captured step, its input batch and its loss
-  mt::Tensor graph_x, graph_y, graph_loss;
+  }, opt.cuda_graph);
 
   mt::Generator shuffling(opt.seed);
   double train_seconds = 0, steady_seconds = 0;
@@ -126,20 +123,7 @@ int run(const Options& opt) {
         steady_start = Clock::now();
       }
       const auto [x, y] = train_data.batch(perm, s * opt.batch_size, opt.batch_size);
-      if (opt.cuda_graph && (epoch > 0 || s >= kGraphWarmupSteps)) {
-        if (!graph.captured()) {
-          graph_x = x.clone();
-          graph_y = y.clone();
-          graph.capture([&] { graph_loss = train_step(graph_x, graph_y); });
-        } else {
-          graph_x.copy_(x);
-          graph_y.copy_(y);
-        }
-        graph.replay();
-        loss = graph_loss;
-      } else {
-        loss = train_step(x, y);
-      }
+      loss = train_step(x, y);
     }
     sync(device);
     if (epoch == 0) steady_seconds = seconds_since(steady_start);

@@ -87,7 +87,7 @@ ChunkGroups group_for_chunks(size_t n, DTypeOf&& dtype, NumelOf&& numel, DenseOf
 /// ptr and extra for the caller's entry `index`, then go(list, blocks) launches.
 template <class List, class Fill, class Go>
 void launch_chunks(std::span<const ChunkTensor> tensors, Fill&& fill, Go&& go) {
-  static_assert(sizeof(List) <= 3584, "a multi-tensor table must leave room for the kernel's other parameters in 4 KiB");
+  static_assert(sizeof(List) <= 3584, "a multi-tensor table leaves room for the kernel's other parameters in 4 KiB");
   plan_chunk_launches<List::kMaxRuns>(tensors, List::kMaxRuns, kMaxChunkBlocks,
                                       [&](std::span<const ChunkRun> runs, int blocks) {
                                         List l{};

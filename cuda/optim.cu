@@ -198,6 +198,36 @@ void dispatch_store(const Tensor& param, bool has_master, bool stochastic_roundi
   });
 }
 
+/// Runs an optimizer's update over a list of parameters: for each dtype, the parameters whose operands
+/// (operands(i), null: absent) are all contiguous in multi-tensor launches, chunks.operator()<T, S, kStore>(group);
+/// then each other non-empty parameter i on its own, strided.operator()<T, S, kStore>(i, its operands, their
+/// layout). T, S, kStore: the parameter's dtype, its state's and where its value lives (dispatch_store).
+template <class Operands, class Chunks, class Strided>
+void for_each_update(std::span<const Tensor> params, bool master, bool stochastic_rounding, const char* kernel,
+                     Operands&& operands, Chunks&& chunks, Strided&& strided) {
+  const ChunkGroups groups = group_for_chunks(
+      params.size(), [&](size_t i) { return params[i].dtype(); }, [&](size_t i) { return params[i].numel(); },
+      [&](size_t i) { return all_contiguous(operands(i)); });
+  for (int d = 0; d < 4; ++d) {
+    if (groups.chunked[d].empty()) continue;
+    const Tensor& first = params[static_cast<size_t>(groups.chunked[d].front().index)];
+    dispatch_store(first, master, stochastic_rounding, kernel, [&](auto t, auto st, auto store) {
+      using T = typename decltype(t)::type;
+      using S = typename decltype(st)::type;
+      chunks.template operator()<T, S, decltype(store)::value>(std::span<const ChunkTensor>(groups.chunked[d]));
+    });
+  }
+  for (size_t i : groups.strided) {
+    const std::array<const Tensor*, kSlots> ts = operands(i);
+    const OffsetLayout<kSlots> L = layout_of(ts);
+    dispatch_store(params[i], master, stochastic_rounding, kernel, [&](auto t, auto st, auto store) {
+      using T = typename decltype(t)::type;
+      using S = typename decltype(st)::type;
+      strided.template operator()<T, S, decltype(store)::value>(i, ts, L);
+    });
+  }
+}
+
 }  // namespace
 
 void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_buffers,
@@ -211,49 +241,34 @@ void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, st
     return {&params[i], &grads[i], momentum ? &momentum_buffers[i] : nullptr,
             nullptr,    nullptr,   master ? &masters[i] : nullptr};
   };
-  const ChunkGroups groups = group_for_chunks(
-      params.size(), [&](size_t i) { return params[i].dtype(); }, [&](size_t i) { return params[i].numel(); },
-      [&](size_t i) { return all_contiguous(operands(i)); });
-
-  for (int d = 0; d < 4; ++d) {
-    if (groups.chunked[d].empty()) continue;
-    const Tensor& first = params[static_cast<size_t>(groups.chunked[d].front().index)];
-    dispatch_store(first, master, hyper.stochastic_rounding, "sgd_step_", [&](auto t, auto st, auto store) {
-      using T = typename decltype(t)::type;
-      using S = typename decltype(st)::type;
-      constexpr Store kStore = decltype(store)::value;
-      const auto c = optim_math::sgd_coeffs<opmath_t<T>>(hyper, false);
-      auto* kernel = momentum ? sgd_chunks_kernel<T, S, kStore, true> : sgd_chunks_kernel<T, S, kStore, false>;
-      launch_chunks<OptimChunks>(
-          groups.chunked[d],
-          [&](OptimChunks& l, int r, int i) {
-            fill_pointers(l.ptr[r], operands(static_cast<size_t>(i)));
-            l.extra[r] = {step_ref(steps[static_cast<size_t>(i)]), steps[static_cast<size_t>(i)].first_momentum};
-          },
-          [&](const OptimChunks& l, int blocks) {
-            kernel<<<blocks, kBlockThreads, 0, launch_stream()>>>(l, c, hyper.seed, skip);
-            MT_CUDA_CHECK_LAUNCH("sgd_chunks_kernel (", first.dtype(), ", ", l.n, " parameters on ", first.device(),
-                                 ")");
-          });
-    });
-  }
-
-  for (size_t i : groups.strided) {
-    const std::array<const Tensor*, kSlots> ts = operands(i);
-    const OffsetLayout<kSlots> L = layout_of(ts);
-    dispatch_store(params[i], master, hyper.stochastic_rounding, "sgd_step_", [&](auto t, auto st, auto store) {
-      using T = typename decltype(t)::type;
-      using S = typename decltype(st)::type;
-      constexpr Store kStore = decltype(store)::value;
-      const auto c = optim_math::sgd_coeffs<opmath_t<T>>(hyper, steps[i].first_momentum);
-      auto* kernel = momentum ? sgd_kernel<T, S, kStore, true> : sgd_kernel<T, S, kStore, false>;
-      kernel<<<grid_blocks(L.numel), kBlockThreads, 0, launch_stream()>>>(
-          ptr<T>(ts[kParam]), ptr<const T>(ts[kGrad]), ptr<S>(ts[kState0]), ptr<float>(ts[kMaster]), L, c,
-          hyper.seed, step_ref(steps[i]), skip);
-      MT_CUDA_CHECK_LAUNCH("sgd_kernel (", params[i].dtype(), ", shape ", params[i].shape(), " on ",
-                           params[i].device(), ")");
-    });
-  }
+  for_each_update(
+      params, master, hyper.stochastic_rounding, "sgd_step_", operands,
+      [&]<class T, class S, Store kStore>(std::span<const ChunkTensor> group) {
+        const auto c = optim_math::sgd_coeffs<opmath_t<T>>(hyper, false);  // first_momentum: each run's
+        auto* kernel = momentum ? sgd_chunks_kernel<T, S, kStore, true> : sgd_chunks_kernel<T, S, kStore, false>;
+        launch_chunks<OptimChunks>(
+            group,
+            [&](OptimChunks& l, int r, int i) {
+              const size_t k = static_cast<size_t>(i);
+              fill_pointers(l.ptr[r], operands(k));
+              l.extra[r] = {step_ref(steps[k]), steps[k].first_momentum};
+            },
+            [&](const OptimChunks& l, int blocks) {
+              kernel<<<blocks, kBlockThreads, 0, launch_stream()>>>(l, c, hyper.seed, skip);
+              MT_CUDA_CHECK_LAUNCH("sgd_chunks_kernel (", dtype_v<T>, ", ", l.n, " parameters on ",
+                                   params[0].device(), ")");
+            });
+      },
+      [&]<class T, class S, Store kStore>(size_t i, const std::array<const Tensor*, kSlots>& ts,
+                                          const OffsetLayout<kSlots>& L) {
+        const auto c = optim_math::sgd_coeffs<opmath_t<T>>(hyper, steps[i].first_momentum);
+        auto* kernel = momentum ? sgd_kernel<T, S, kStore, true> : sgd_kernel<T, S, kStore, false>;
+        kernel<<<grid_blocks(L.numel), kBlockThreads, 0, launch_stream()>>>(
+            ptr<T>(ts[kParam]), ptr<const T>(ts[kGrad]), ptr<S>(ts[kState0]), ptr<float>(ts[kMaster]), L, c,
+            hyper.seed, step_ref(steps[i]), skip);
+        MT_CUDA_CHECK_LAUNCH("sgd_kernel (", params[i].dtype(), ", shape ", params[i].shape(), " on ",
+                             params[i].device(), ")");
+      });
 }
 
 void adam_step_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> exp_avgs,
@@ -268,47 +283,33 @@ void adam_step_(std::span<const Tensor> params, std::span<const Tensor> grads, s
     return {&params[i],   &grads[i], &exp_avgs[i], &exp_avg_sqs[i], hyper.amsgrad ? &max_exp_avg_sqs[i] : nullptr,
             master ? &masters[i] : nullptr};
   };
-  const ChunkGroups groups = group_for_chunks(
-      params.size(), [&](size_t i) { return params[i].dtype(); }, [&](size_t i) { return params[i].numel(); },
-      [&](size_t i) { return all_contiguous(operands(i)); });
-
-  for (int d = 0; d < 4; ++d) {
-    if (groups.chunked[d].empty()) continue;
-    const Tensor& first = params[static_cast<size_t>(groups.chunked[d].front().index)];
-    dispatch_store(first, master, hyper.stochastic_rounding, "adam_step_", [&](auto t, auto st, auto store) {
-      using T = typename decltype(t)::type;
-      using S = typename decltype(st)::type;
-      constexpr Store kStore = decltype(store)::value;
-      auto* kernel = hyper.amsgrad ? adam_chunks_kernel<T, S, kStore, true> : adam_chunks_kernel<T, S, kStore, false>;
-      launch_chunks<OptimChunks>(
-          groups.chunked[d],
-          [&](OptimChunks& l, int r, int i) {
-            fill_pointers(l.ptr[r], operands(static_cast<size_t>(i)));
-            l.extra[r] = {step_ref(steps[static_cast<size_t>(i)]), false};
-          },
-          [&](const OptimChunks& l, int blocks) {
-            kernel<<<blocks, kBlockThreads, 0, launch_stream()>>>(l, hyper, skip);
-            MT_CUDA_CHECK_LAUNCH("adam_chunks_kernel (", first.dtype(), ", ", l.n, " parameters on ",
-                                 first.device(), ")");
-          });
-    });
-  }
-
-  for (size_t i : groups.strided) {
-    const std::array<const Tensor*, kSlots> ts = operands(i);
-    const OffsetLayout<kSlots> L = layout_of(ts);
-    dispatch_store(params[i], master, hyper.stochastic_rounding, "adam_step_", [&](auto t, auto st, auto store) {
-      using T = typename decltype(t)::type;
-      using S = typename decltype(st)::type;
-      constexpr Store kStore = decltype(store)::value;
-      auto* kernel = hyper.amsgrad ? adam_kernel<T, S, kStore, true> : adam_kernel<T, S, kStore, false>;
-      kernel<<<grid_blocks(L.numel), kBlockThreads, 0, launch_stream()>>>(
-          ptr<T>(ts[kParam]), ptr<const T>(ts[kGrad]), ptr<S>(ts[kState0]), ptr<S>(ts[kState1]),
-          ptr<S>(ts[kState2]), ptr<float>(ts[kMaster]), L, hyper, step_ref(steps[i]), skip);
-      MT_CUDA_CHECK_LAUNCH("adam_kernel (", params[i].dtype(), ", shape ", params[i].shape(), " on ",
-                           params[i].device(), ")");
-    });
-  }
+  for_each_update(
+      params, master, hyper.stochastic_rounding, "adam_step_", operands,
+      [&]<class T, class S, Store kStore>(std::span<const ChunkTensor> group) {
+        auto* kernel =
+            hyper.amsgrad ? adam_chunks_kernel<T, S, kStore, true> : adam_chunks_kernel<T, S, kStore, false>;
+        launch_chunks<OptimChunks>(
+            group,
+            [&](OptimChunks& l, int r, int i) {
+              const size_t k = static_cast<size_t>(i);
+              fill_pointers(l.ptr[r], operands(k));
+              l.extra[r] = {step_ref(steps[k]), false};
+            },
+            [&](const OptimChunks& l, int blocks) {
+              kernel<<<blocks, kBlockThreads, 0, launch_stream()>>>(l, hyper, skip);
+              MT_CUDA_CHECK_LAUNCH("adam_chunks_kernel (", dtype_v<T>, ", ", l.n, " parameters on ",
+                                   params[0].device(), ")");
+            });
+      },
+      [&]<class T, class S, Store kStore>(size_t i, const std::array<const Tensor*, kSlots>& ts,
+                                          const OffsetLayout<kSlots>& L) {
+        auto* kernel = hyper.amsgrad ? adam_kernel<T, S, kStore, true> : adam_kernel<T, S, kStore, false>;
+        kernel<<<grid_blocks(L.numel), kBlockThreads, 0, launch_stream()>>>(
+            ptr<T>(ts[kParam]), ptr<const T>(ts[kGrad]), ptr<S>(ts[kState0]), ptr<S>(ts[kState1]),
+            ptr<S>(ts[kState2]), ptr<float>(ts[kMaster]), L, hyper, step_ref(steps[i]), skip);
+        MT_CUDA_CHECK_LAUNCH("adam_kernel (", params[i].dtype(), ", shape ", params[i].shape(), " on ",
+                             params[i].device(), ")");
+      });
 }
 
 namespace {

@@ -4,9 +4,9 @@
 // inputs, bit for bit (the same kernels on the same memory); the graph's memory stays its own until it dies;
 // replayed dropout draws the masks eager calls would have drawn, from the same default generator; what a graph
 // cannot replay (a copy to the host, a host wait, a draw from another generator) is refused during the capture and
-// leaves the thread and the allocator as they were; and a whole mixed precision training step — autocast forward, scaled
-// backward, unscale, AdamW on the device, the scale's update — replayed step after step trains exactly as the eager
-// steps do, including the steps the scaler skips, without a host read or wait.
+// leaves the thread and the allocator as they were; and a whole mixed precision training step — autocast forward,
+// scaled backward, unscale, AdamW on the device, the scale's update — replayed step after step trains exactly as
+// the eager steps do, including the steps the scaler skips, without a host read or wait.
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -29,14 +29,6 @@ using mt::test::expect_error;
 using mt::test::expect_same_bits;
 
 namespace {
-
-struct CudaUnavailable {
-  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
-    boost::test_tools::assertion_result r(!cu::is_available());
-    if (!r) r.message() << "CUDA is available here: the no-CUDA behaviour is not observable";
-    return r;
-  }
-};
 
 Tensor on_gpu(const Tensor& t) { return mt::raw::to(t, Device::cuda()); }
 
@@ -92,7 +84,8 @@ std::pair<Tensor, Tensor> batch(int k) {
 
 BOOST_AUTO_TEST_SUITE(cuda_graph_cpu, *boost::unit_test::label("cpu"))
 
-BOOST_AUTO_TEST_CASE(a_graph_without_cuda_is_a_clear_error, *boost::unit_test::precondition(CudaUnavailable())) {
+BOOST_AUTO_TEST_CASE(a_graph_without_cuda_is_a_clear_error,
+                     *boost::unit_test::precondition(mt::test::cuda_unavailable())) {
   cu::Graph graph;
   BOOST_TEST(!graph.captured());
   BOOST_TEST(graph.node_count() == 0u);

@@ -165,14 +165,6 @@ Tensor reversed_strides(const Shape& shape, DType dtype) {
   return mt::empty(rev, TensorOptions(dtype).device(Device::cuda())).permute(order);
 }
 
-struct CudaUnavailable {
-  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
-    boost::test_tools::assertion_result r(!mt::cuda::is_available());
-    if (!r) r.message() << "CUDA is available here: the no-CUDA behaviour is not observable";
-    return r;
-  }
-};
-
 }  // namespace
 
 // ---- what every machine must do ----------------------------------------------------------------
@@ -196,7 +188,8 @@ BOOST_AUTO_TEST_CASE(queries_never_throw) {
   BOOST_TEST_MESSAGE("CUDA: " << (available ? std::to_string(count) + " device(s)" : "unavailable: " + reason));
 }
 
-BOOST_AUTO_TEST_CASE(unavailable_cuda_is_a_clear_error, *boost::unit_test::precondition(CudaUnavailable())) {
+BOOST_AUTO_TEST_CASE(unavailable_cuda_is_a_clear_error,
+                     *boost::unit_test::precondition(mt::test::cuda_unavailable())) {
   const Tensor t = mt::ones({3});
   auto mentions_cuda = [](const mt::Error& e) { return mentions(e, "cuda"); };
   BOOST_CHECK_EXCEPTION(t.to(Device::cuda()), mt::Error, mentions_cuda);

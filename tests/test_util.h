@@ -31,6 +31,15 @@ struct cuda_available {
   }
 };
 
+/// Boost.Test precondition for cases about a machine without CUDA (what every call says there).
+struct cuda_unavailable {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
+    boost::test_tools::assertion_result r(!mixtape::cuda::is_available());
+    if (!r) r.message() << "CUDA is available here: the no-CUDA behaviour is not observable";
+    return r;
+  }
+};
+
 /// set_allow_clusters for a scope: the previous value comes back when the scope ends, also when a check throws
 /// (a test that failed half-way must not leave the clusters off for the cases after it).
 class AllowClusters {

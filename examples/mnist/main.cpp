@@ -36,6 +36,7 @@
 
 #include <mixtape/mixtape.h>
 
+#include "graph_step.h"
 #include "models.h"
 #include "progress.h"
 #include "resident.h"
@@ -74,10 +75,6 @@ struct Options {
   int64_t log_interval = 20;  // steps between two host reads of the loss
   bool cuda_graph = false;    // replay a captured training step
 };
-
-/// Eager steps before --cuda-graph captures one: the optimizer's and the scaler's state exist by then, and each
-/// kernel has made its one-time queries (a capture must find nothing left to create on the host's side).
-constexpr int64_t kGraphWarmupSteps = 3;
 
 std::string one_line(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
@@ -395,8 +392,8 @@ int run(const Options& opt) {
   int64_t samples = 0, run_steps = 0, skipped = 0;
   bool stop = false;
 
-  // One training step on a batch; returns its loss, () f32 on the device. --cuda-graph captures one call of it.
-  auto train_step = [&](const Tensor& x, const Tensor& y) {
+  // One training step on a batch; returns its loss, () f32 on the device. --cuda-graph replays a captured one.
+  mnist::GraphedStep train_step([&](const Tensor& x, const Tensor& y) {
     optimizer->zero_grad();
     Tensor loss;
     {
@@ -412,9 +409,7 @@ int run(const Options& opt) {
       optimizer->step();
     }
     return loss;
-  };
-  mt::cuda::Graph graph;              // --cuda-graph: one captured step
-  Tensor graph_x, graph_y, graph_loss;  // its input batch and its loss
+  }, opt.cuda_graph);
 
   for (int epoch = first_epoch; epoch < opt.epochs && !stop; ++epoch) {
     const auto epoch_start = Clock::now();
@@ -435,21 +430,7 @@ int run(const Options& opt) {
       std::optional<mt::amp::Inspect> inspect;
       if (!opt.inspect.empty() && step + 1 == opt.inspect_step)
         inspect.emplace(mt::amp::InspectOptions{.parameters = model->named_parameters()});
-      Tensor loss;
-      if (opt.cuda_graph && run_steps >= kGraphWarmupSteps) {
-        if (!graph.captured()) {  // the graph's inputs: tensors it reads at every replay, overwritten in between
-          graph_x = x.clone();
-          graph_y = y.clone();
-          graph.capture([&] { graph_loss = train_step(graph_x, graph_y); });
-        } else {
-          graph_x.copy_(x);
-          graph_y.copy_(y);
-        }
-        graph.replay();
-        loss = graph_loss;
-      } else {
-        loss = train_step(x, y);
-      }
+      const Tensor loss = train_step(x, y);
       if (schedule) schedule->step();
       if (inspect) write_inspection(opt.inspect, inspect->report(), step + 1);
       {
