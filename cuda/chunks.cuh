@@ -8,7 +8,9 @@
 // the element's position (stochastic rounding) gives the bits of a launch per tensor. Tensors with a strided
 // operand keep the grid-stride kernels of one tensor (cuda/launch.cuh's offsets), the CPU's layouts.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <span>
 #include <vector>
 
@@ -58,8 +60,9 @@ bool all_contiguous(const Operands& operands) {
   return true;
 }
 
-/// The entries of a list to launch: `chunked[d]` those of floating dtype d (their order kept) that go in
-/// multi-tensor launches, `strided` the others (an entry with a strided operand); empty entries are in neither.
+/// The entries of a list to launch: `chunked[d]` those of floating dtype kDTypes[d] (their order kept) that go in
+/// multi-tensor launches, `strided` the others (an entry with a strided operand, or of another dtype, which the
+/// one-tensor launcher refuses); empty entries are in neither.
 struct ChunkGroups {
   static constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64};
   std::vector<ChunkTensor> chunked[4];
@@ -77,8 +80,9 @@ ChunkGroups group_for_chunks(size_t n, DTypeOf&& dtype, NumelOf&& numel, DenseOf
       g.strided.push_back(i);
       continue;
     }
-    for (int d = 0; d < 4; ++d)
-      if (ChunkGroups::kDTypes[d] == dtype(i)) g.chunked[d].push_back({static_cast<int>(i), numel(i)});
+    const DType* d = std::find(std::begin(ChunkGroups::kDTypes), std::end(ChunkGroups::kDTypes), dtype(i));
+    if (d == std::end(ChunkGroups::kDTypes)) g.strided.push_back(i);  // not floating: its launcher says so
+    else g.chunked[d - std::begin(ChunkGroups::kDTypes)].push_back({static_cast<int>(i), numel(i)});
   }
   return g;
 }
