@@ -616,36 +616,59 @@ BOOST_AUTO_TEST_CASE(a_step_skipped_on_cuda_is_no_step_at_all, MT_GPU_TEST) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(steps_on_cuda_match_the_cpu, MT_GPU_TEST) {
-  struct Storage {
-    DType dtype;
-    MasterWeights master;
-  };
-  for (const Named& n : optimizer_kinds()) {
-    for (const Storage& s : {Storage{DType::kF32, MasterWeights::kF32}, Storage{DType::kF64, MasterWeights::kF32},
-                             Storage{DType::kF16, MasterWeights::kF32}, Storage{DType::kBF16, MasterWeights::kF32},
-                             Storage{DType::kBF16, MasterWeights::kStochasticRounding},
-                             Storage{DType::kF16, MasterWeights::kNone}}) {
-      BOOST_TEST_CONTEXT(n.name << ", " << s.dtype) {
-        std::vector<Tensor> cpu = leaves({{33, 65}, {7}}, s.dtype, 80);
-        std::vector<Tensor> gpu;
-        for (const Tensor& p : cpu) gpu.push_back(leaf(mt::test::gpu(p.detach())));
-        mt::manual_seed(5);
-        auto o_cpu = n.make(cpu, s.master);
-        mt::manual_seed(5);  // the same stochastic-rounding seed
-        auto o_gpu = n.make(gpu, s.master);
-        for (int step = 0; step < 4; ++step) {
-          set_grads(cpu, 200 + 10 * step);
-          for (size_t i = 0; i < cpu.size(); ++i) gpu[i].set_grad(mt::test::gpu(cpu[i].grad()));
-          o_cpu->step();
-          o_gpu->step();
-        }
-        for (size_t i = 0; i < cpu.size(); ++i)
-          expect_same_bits(gpu[i].detach(), cpu[i].detach(), mt::test::describe("parameter ", i, ": cuda vs cpu"));
-        expect_same_state(o_gpu->state_dict(), o_cpu->state_dict(), "state: cuda vs cpu");
+namespace {
+
+/// Twins of `shapes` in `dtype`, one on the CPU and one on CUDA, each under optimizer n (the same stochastic-rounding
+/// seed), take `steps` steps with the same gradients — on the GPU a 2-D gradient is a transposed view when
+/// `transposed_2d_grads` (its parameter takes the strided kernel) — and must end with the same bits of parameters
+/// and state.
+void expect_cuda_steps_to_match_the_cpu(const Named& n, DType dtype, MasterWeights master,
+                                        const std::vector<Shape>& shapes, uint64_t seed, int steps,
+                                        bool transposed_2d_grads = false) {
+  std::vector<Tensor> cpu = leaves(shapes, dtype, seed);
+  std::vector<Tensor> gpu;
+  for (const Tensor& p : cpu) gpu.push_back(leaf(mt::test::gpu(p.detach())));
+  mt::manual_seed(seed);
+  auto o_cpu = n.make(cpu, master);
+  mt::manual_seed(seed);  // the same stochastic-rounding seed
+  auto o_gpu = n.make(gpu, master);
+  for (int step = 0; step < steps; ++step) {
+    set_grads(cpu, seed + 100 + 10 * static_cast<uint64_t>(step));
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      const Tensor g = cpu[i].grad();
+      if (transposed_2d_grads && g.dim() == 2) {  // the same values, held transposed on the GPU
+        gpu[i].set_grad(mt::test::gpu(mt::raw::clone(g.t())).t());
+        BOOST_REQUIRE(!gpu[i].grad().is_contiguous());
+      } else {
+        gpu[i].set_grad(mt::test::gpu(g));
       }
     }
+    o_cpu->step();
+    o_gpu->step();
   }
+  for (size_t i = 0; i < cpu.size(); ++i)
+    expect_same_bits(gpu[i].detach(), cpu[i].detach(), mt::test::describe("parameter ", i, ": cuda vs cpu"));
+  expect_same_state(o_gpu->state_dict(), o_cpu->state_dict(), "state: cuda vs cpu");
+}
+
+/// How the parameters of a CUDA-vs-CPU case are held.
+struct ParamStorage {
+  DType dtype;
+  MasterWeights master;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(steps_on_cuda_match_the_cpu, MT_GPU_TEST) {
+  for (const Named& n : optimizer_kinds())
+    for (const ParamStorage& s :
+         {ParamStorage{DType::kF32, MasterWeights::kF32}, ParamStorage{DType::kF64, MasterWeights::kF32},
+          ParamStorage{DType::kF16, MasterWeights::kF32}, ParamStorage{DType::kBF16, MasterWeights::kF32},
+          ParamStorage{DType::kBF16, MasterWeights::kStochasticRounding},
+          ParamStorage{DType::kF16, MasterWeights::kNone}})
+      BOOST_TEST_CONTEXT(n.name << ", " << s.dtype) {
+        expect_cuda_steps_to_match_the_cpu(n, s.dtype, s.master, {{33, 65}, {7}}, 80, 4);
+      }
 }
 
 BOOST_AUTO_TEST_CASE(many_parameters_on_cuda_match_the_cpu, MT_GPU_TEST) {
@@ -654,42 +677,13 @@ BOOST_AUTO_TEST_CASE(many_parameters_on_cuda_match_the_cpu, MT_GPU_TEST) {
   const std::vector<int64_t> sizes = {1, 4095, 4097, 3 * 4096 + 17, 7, 2 * 4096, 64};
   std::vector<Shape> shapes;
   for (size_t i = 0; i < 70; ++i) shapes.push_back(i % 7 == 5 ? Shape{2, sizes[i % 7] / 2} : Shape{sizes[i % 7]});
-  struct Storage {
-    DType dtype;
-    MasterWeights master;
-  };
-  for (const Named& n : optimizer_kinds()) {
-    for (const Storage& s : {Storage{DType::kF32, MasterWeights::kF32}, Storage{DType::kF16, MasterWeights::kF32},
-                             Storage{DType::kBF16, MasterWeights::kStochasticRounding}}) {
+  for (const Named& n : optimizer_kinds())
+    for (const ParamStorage& s : {ParamStorage{DType::kF32, MasterWeights::kF32},
+                                  ParamStorage{DType::kF16, MasterWeights::kF32},
+                                  ParamStorage{DType::kBF16, MasterWeights::kStochasticRounding}})
       BOOST_TEST_CONTEXT(n.name << ", " << s.dtype) {
-        std::vector<Tensor> cpu = leaves(shapes, s.dtype, 90);
-        std::vector<Tensor> gpu;
-        for (const Tensor& p : cpu) gpu.push_back(leaf(mt::test::gpu(p.detach())));
-        mt::manual_seed(7);
-        auto o_cpu = n.make(cpu, s.master);
-        mt::manual_seed(7);
-        auto o_gpu = n.make(gpu, s.master);
-        for (int step = 0; step < 3; ++step) {
-          set_grads(cpu, 400 + 100 * static_cast<uint64_t>(step));
-          for (size_t i = 0; i < cpu.size(); ++i) {
-            const Tensor g = cpu[i].grad();
-            if (g.dim() == 2) {  // the same values, held transposed on the GPU
-              const Tensor held = mt::test::gpu(mt::raw::clone(g.t()));
-              gpu[i].set_grad(held.t());
-              BOOST_REQUIRE(!gpu[i].grad().is_contiguous());
-            } else {
-              gpu[i].set_grad(mt::test::gpu(g));
-            }
-          }
-          o_cpu->step();
-          o_gpu->step();
-        }
-        for (size_t i = 0; i < cpu.size(); ++i)
-          expect_same_bits(gpu[i].detach(), cpu[i].detach(), mt::test::describe("parameter ", i, ": cuda vs cpu"));
-        expect_same_state(o_gpu->state_dict(), o_cpu->state_dict(), "state: cuda vs cpu");
+        expect_cuda_steps_to_match_the_cpu(n, s.dtype, s.master, shapes, 90, 3, /*transposed_2d_grads=*/true);
       }
-    }
-  }
 }
 
 BOOST_AUTO_TEST_CASE(a_parameter_moved_after_its_first_step_takes_its_count_along, MT_GPU_TEST) {
