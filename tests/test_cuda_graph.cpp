@@ -27,13 +27,12 @@ using mt::Tensor;
 using mt::TensorOptions;
 using mt::test::expect_error;
 using mt::test::expect_same_bits;
+using mt::test::gpu;
 
 namespace {
 
-Tensor on_gpu(const Tensor& t) { return mt::raw::to(t, Device::cuda()); }
-
 Tensor randn_gpu(const mt::Shape& shape, uint64_t seed) {
-  return on_gpu(mt::test::randn_seeded(shape, DType::kF32, seed));
+  return gpu(mt::test::randn_seeded(shape, DType::kF32, seed));
 }
 
 /// The small computation the graph cases capture: relu(x·w + 1) summed over rows, with temporaries.
@@ -75,7 +74,7 @@ std::pair<Tensor, Tensor> batch(int k) {
   if (k == 5) x = x * 1e6;
   std::vector<int64_t> labels(64);
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>((static_cast<size_t>(k) * i) % 10);
-  return {x, on_gpu(mt::from_vector<int64_t>(labels, {64}))};
+  return {x, gpu(mt::from_vector<int64_t>(labels, {64}))};
 }
 
 }  // namespace
@@ -189,7 +188,7 @@ BOOST_AUTO_TEST_CASE(what_a_graph_cannot_replay_is_refused, MT_GPU_TEST) {
   };
   const std::vector<Refused> refused = {
       {"item()", "copy from a CUDA device to the host", [&] { (void)mt::sum(x).item<float>(); }},
-      {"a tensor from the host", "copy from the host", [&] { (void)on_gpu(mt::ones({3})); }},
+      {"a tensor from the host", "copy from the host", [&] { (void)gpu(mt::ones({3})); }},
       {"synchronize", "host wait", [] { cu::synchronize(); }},
       {"randperm", "randperm", [] { (void)mt::randperm(10, Device::cuda()); }},
       {"dropout from another generator", "a generator other than the default one",
