@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # bench/gpu_session.sh — one call's worth of GPU work on a lent machine.
 #
-# The lent GPU machine has nvcc, CMake and ninja but no network and no
-# Boost.Test or OpenBLAS. Before the call, on the workstation:
-#   mkdir -p .deb && (cd .deb && apt-get download libboost-test1.74-dev \
-#     libboost-test1.74.0 libboost1.74-dev libopenblas-dev libopenblas-pthread-dev \
-#     libopenblas0-pthread libopenblas0 libgfortran5 libblas-dev liblapack-dev)
-# then run with `.deb` carried:   bash bench/gpu_session.sh [steps...]
+# The lent GPU machine has nvcc, CMake and ninja but no network, and none of the Debian packages the build needs
+# (Boost.Test, OpenBLAS, zlib's headers, nlohmann-json, CLI11). Before the call, on the workstation:
+#   mkdir -p .deb && (cd .deb && apt-get download libboost-test1.74-dev libboost-test1.74.0 libboost1.74-dev \
+#     libopenblas-openmp-dev libopenblas0-openmp libgfortran5 zlib1g-dev zlib1g nlohmann-json3-dev libcli11-dev)
+# (24 MiB) then run with `.deb` carried:   bash bench/gpu_session.sh [steps...]
 #
 # Steps (default: build test sanitize bench):
 #   build     configure (sm_90 only) and build everything with all cores
@@ -19,6 +18,14 @@
 #             speed of light, occupancy, launch and warp-stall sections, and the GEMM kernels' (NCU_FILTER,
 #             a regex on kernel names, narrows it); CSV in ncu_*.csv, a digest in the summary
 # Logs go to $OUT (or ./gpu_out when OUT is unset); a summary is printed last.
+#
+# BUDGET_S=N bounds the whole call to N seconds: a step that would not fit in what is left is skipped with a
+# line in the summary, and the long steps (test, sanitize, bench, mnist, profile) get timeouts cut to fit, so the
+# logs always come back. A lease has 15 device minutes, start included; one call that fits them:
+#   cp ../shared/data/mnist/*.gz data/mnist/    # once, ignored; carry .deb and data/mnist
+#   BUDGET_S=540 SAN_TOOLS=memcheck SAN_SUITES="test_cuda_graph test_optimizers test_grad_scaler" \
+#     MNIST_ARGS="--epochs 1" bash bench/gpu_session.sh build test sanitize mnist      (timeout_s 570)
+# then give the machine back, fix what failed here, and spend what is left on one rerun of the failing steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -29,52 +36,68 @@ trap 'tar -C /tmp -czf "$RESULT/logs.tgz" mtlogs; cp "$OUT/summary.txt" "$RESULT
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(build test sanitize bench)
 PREFIX=/tmp/mtdeps
-BUILD=/tmp/mtbuild
+BUILD=${BUILD:-/tmp/mtbuild}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 has_step() { local s; for s in "${STEPS[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+# The budget: DEADLINE is when the last step must have ended (20 s are kept for packing the logs).
+export DEADLINE=$(( $(date +%s) + ${BUDGET_S:-86400} - 20 ))
+left() { echo $(( DEADLINE - $(date +%s) )); }
+# run_step NAME MIN_S: whether to run step NAME, asked for and with at least MIN_S seconds left.
+run_step() {
+  has_step "$1" || return 1
+  [ "$(left)" -ge "$2" ] && return 0
+  note "$1: skipped, $(left) s of BUDGET_S left (it needs at least $2)"
+  return 1
+}
+# cap S: S seconds, or what is left of the budget when that is less.
+cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo $(( l > 1 ? l : 1 )) || echo "$1"; }
 
 export PATH=/usr/local/cuda/bin:$PATH
 if [ ! -d "$PREFIX" ]; then
   mkdir -p "$PREFIX"
-  for f in .deb/*.deb; do dpkg -x "$f" "$PREFIX"; done
+  compgen -G ".deb/*.deb" >/dev/null || echo "gpu_session.sh: no .deb/*.deb carried (Boost.Test, OpenBLAS): the build needs them"
+  for f in .deb/*.deb; do [ -f "$f" ] && dpkg -x "$f" "$PREFIX"; done
 fi
 LIBDIR=$PREFIX/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH=$LIBDIR:$LIBDIR/openblas-pthread:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$LIBDIR:$LIBDIR/openblas-openmp:${LD_LIBRARY_PATH:-}
+# The MNIST files travel in the ignored data/mnist: ctest's example_mnist_* entries and the mnist step read them.
+[ -z "${MIXTAPE_MNIST_DIR:-}" ] && [ -d data/mnist ] && export MIXTAPE_MNIST_DIR=$PWD/data/mnist
 
 note "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') $(git status --porcelain 2>/dev/null | grep -q . && echo '(dirty)')"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
 nvcc --version | tail -2 | head -1 | tee -a "$SUMMARY"
 
-if has_step build; then
+if run_step build 60; then
   t0=$(date +%s)
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX/usr" \
-    -DBLAS_LIBRARIES="$LIBDIR/openblas-pthread/libopenblas.so" \
-    -DMIXTAPE_CBLAS_INCLUDE_DIR="$PREFIX/usr/include/x86_64-linux-gnu/openblas-pthread" \
+    -DMIXTAPE_OPENBLAS_OPENMP_LIBRARY="$LIBDIR/openblas-openmp/libopenblas.so" \
+    -DMIXTAPE_OPENBLAS_OPENMP_INCLUDE_DIR="$PREFIX/usr/include/x86_64-linux-gnu/openblas-openmp" \
     >"$OUT/configure.log" 2>&1 || { note "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
-  cmake --build "$BUILD" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { note "build FAILED"; grep -B2 -A12 -m5 "error" "$OUT/build.log" | head -80; exit 1; }
+  timeout "$(cap 1200)" cmake --build "$BUILD" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { note "build FAILED"; grep -B2 -A12 -m5 "error" "$OUT/build.log" | head -80; exit 1; }
   note "build: $(( $(date +%s) - t0 )) s"
 fi
 
 GPU_SUITES=$(cd "$BUILD" && ctest -N -L gpu | awk '/Test +#/ {print $3}')
 
-if has_step test; then
+if run_step test 60; then
   t0=$(date +%s)
-  (cd "$BUILD" && ctest -L gpu --output-on-failure -j 4 --timeout 600) >"$OUT/ctest_gpu.log" 2>&1
+  (cd "$BUILD" && timeout "$(cap 1800)" ctest -L gpu --output-on-failure -j 4 --timeout 600) >"$OUT/ctest_gpu.log" 2>&1
+  [ $? -eq 124 ] && note "ctest -L gpu: stopped by the budget (the suites still running have no result)"
   note "ctest -L gpu ($(( $(date +%s) - t0 )) s):"
   grep -E "tests passed|Test +#|\*\*\*" "$OUT/ctest_gpu.log" | tee -a "$SUMMARY"
 fi
 
-if has_step sass; then
+if run_step sass 30; then
   # The GEMM's SASS (HMMA present, no local memory) with the cuobjdump this machine has.
-  (cd "$BUILD" && ctest -R check_gemm_sass -V --timeout 600) >"$OUT/check_gemm_sass.log" 2>&1
+  (cd "$BUILD" && ctest -R check_gemm_sass -V --timeout "$(cap 600)") >"$OUT/check_gemm_sass.log" 2>&1
   note "check_gemm_sass: $(grep -E "tests passed|tests failed" "$OUT/check_gemm_sass.log")"
   grep -iE "HMMA|cuobjdump|LDSM|spill" "$OUT/check_gemm_sass.log" | head -12 | tee -a "$SUMMARY"
 fi
 
-if has_step sanitize; then
+if run_step sanitize 60; then
   t0=$(date +%s)
   # One sanitizer job per (tool, executable, top-level Boost suite): test_ops holds every op family's suite, and
   # one job each keeps a job inside its timeout and names the family that fails.
@@ -89,35 +112,39 @@ if has_step sanitize; then
   done | xargs -P 6 -L 1 bash -c '
     tool=$0; s=$1; suite=$2
     log='"$OUT"'/san_${tool}_${s}_${suite}.log
-    timeout 280 compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
+    limit=$(( DEADLINE - $(date +%s) )); [ $limit -gt 280 ] && limit=280
+    if [ $limit -lt 15 ]; then echo "  $tool $s/$suite not run: the budget is spent"; exit 0; fi
+    timeout $limit compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
       '"$BUILD"'/tests/$s --run_test=$suite --run_test=!@cpu --run_test=!@oom --run_test=!@large \
       --log_level=test_suite --report_level=short >$log 2>&1
     rc=$?
     if grep -q "no test cases matching filter" $log; then exit 0; fi  # a suite of cpu cases only
     errs=$(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" $log)
+    [ $rc -eq 124 ] && errs="stopped after ${limit} s ${errs}"
     echo "  $tool $s/$suite rc=$rc ${errs}"' | sort | tee -a "$SUMMARY"
   note "sanitize: $(( $(date +%s) - t0 )) s"
 fi
 
-if has_step bench; then
+if run_step bench 30; then
   for b in "$BUILD"/bench/bench_gpu_*; do
     [ -x "$b" ] || continue
     name=$(basename "$b")
-    timeout 240 "$b" >"$OUT/$name.txt" 2>&1
+    [ "$(left)" -lt 20 ] && { note "== $name: not run, the budget is spent"; continue; }
+    timeout "$(cap 240)" "$b" >"$OUT/$name.txt" 2>&1
     note "== $name (rc=$?)"
     tail -${BENCH_TAIL:-70} "$OUT/$name.txt" | tee -a "$SUMMARY"
   done
 fi
-if has_step mnist; then
+if run_step mnist 60; then
   # examples/mnist's models, mixtape against PyTorch eager on this GPU (bench/mnist_gpu.py). The data travels in the
   # ignored data/mnist (cp ../shared/data/mnist/*.gz data/mnist/ and carry it); MNIST_ARGS narrows the run.
   t0=$(date +%s)
-  timeout ${MNIST_TIMEOUT:-400} python3 bench/mnist_gpu.py --build "$BUILD" --data "${MIXTAPE_MNIST_DIR:-data/mnist}" \
+  timeout "$(cap "${MNIST_TIMEOUT:-400}")" python3 bench/mnist_gpu.py --build "$BUILD" --data "${MIXTAPE_MNIST_DIR:-data/mnist}" \
     --cuda-graph --json "$OUT/mnist_gpu.jsonl" ${MNIST_ARGS:-} >"$OUT/mnist_gpu.txt" 2>&1
   note "== mnist_gpu (rc=$?, $(( $(date +%s) - t0 )) s)"
   tail -25 "$OUT/mnist_gpu.txt" | tee -a "$SUMMARY"
 fi
-if has_step profile; then
+if run_step profile 60; then
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -z "$NCU" ]; then
     note "profile: no ncu on this machine"
@@ -131,7 +158,8 @@ if has_step profile; then
         norms) filter=${NCU_FILTER:-softmax|layer_norm|cross_entropy}; count=400 ;;
         gemm) filter=${NCU_FILTER:-gemm}; count=60 ;;
       esac
-      timeout 500 "$NCU" --kernel-name "regex:$filter" --launch-count $count $sections --csv --page details \
+      [ "$(left)" -lt 30 ] && { note "profile $b: not run, the budget is spent"; continue; }
+      timeout "$(cap 500)" "$NCU" --kernel-name "regex:$filter" --launch-count $count $sections --csv --page details \
         "$exe" --once >"$OUT/ncu_$b.csv" 2>"$OUT/ncu_$b.err"
       note "profile $b: rc=$? $(grep -c '^"' "$OUT/ncu_$b.csv") rows"
       # Digest: per kernel launch, the memory and compute throughput (% of peak), achieved occupancy, registers.
