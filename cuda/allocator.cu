@@ -135,7 +135,12 @@ class Allocator {
     m_live.erase(it);
     DevicePool& pool = m_pools[static_cast<size_t>(b->device)];
     pool.stats.allocated_bytes -= static_cast<int64_t>(b->size);
+    GraphPool* capture = capture_for_free(b->device);
     if (GraphPool* g = b->graph) {
+      if (capture && capture != g) {  // another graph's block, used by this capture too: kept for both
+        capture->kept.push_back(b);   // (its owner's count stays: the capture's release settles it)
+        return;
+      }
       --g->held;
       if (!g->released) {  // baked into a live graph: reserved for its replays
         g->free.emplace(b->size, b);
@@ -143,8 +148,9 @@ class Allocator {
       }
       b->graph = nullptr;  // the graph is gone: an ordinary block of the stream the graph last ran on
       if (g->held == 0) delete g;
-    } else if (GraphPool* g = capture_on(b->device)) {  // the capture's kernels may use it at every replay
-      g->kept.push_back(b);
+    }
+    if (capture) {  // the capture's kernels may use it at every replay
+      capture->kept.push_back(b);
       return;
     }
     cache_freed(pool, b);
@@ -174,13 +180,23 @@ class Allocator {
     const bool switched =
         cudaGetDevice(&previous) == cudaSuccess && previous != g->device && cudaSetDevice(g->device) == cudaSuccess;
     note_stream(pool, stream);
-    auto give_back = [&](Block* b) {
+    for (auto& [size, b] : g->free) {  // its own blocks: the replays were their last users
       b->graph = nullptr;
       b->stream = stream;
       cache_freed_here(pool, b);
-    };
-    for (auto& [size, b] : g->free) give_back(b);
-    for (Block* b : g->kept) give_back(b);
+    }
+    for (Block* b : g->kept) {  // blocks its replays read: their owner, a live graph, takes them back, or the cache
+      if (GraphPool* owner = b->graph) {
+        --owner->held;
+        if (!owner->released) {
+          owner->free.emplace(b->size, b);
+          continue;
+        }
+        b->graph = nullptr;
+        if (owner->held == 0) delete owner;
+      }
+      cache_freed_here(pool, b);  // on its own stream: the replays are done, eager users may not be
+    }
     g->free.clear();
     g->kept.clear();
     for (auto& [ptr, b] : m_live)  // held blocks: ordinary blocks of `stream` when freed
@@ -246,11 +262,17 @@ class Allocator {
     return nullptr;
   }
 
-  /// A graph capture running on `device` (any thread), if any.
-  GraphPool* capture_on(int device) const noexcept {
-    for (GraphPool* g : m_captures)
-      if (g->device == device) return g;
-    return nullptr;
+  /// The graph capture that keeps a block of `device` freed now: the calling thread's, when it captures on that
+  /// device, else any running there (another thread's kernels may be baked into it).
+  GraphPool* capture_for_free(int device) const noexcept {
+    const detail::Capture& c = detail::thread_capture();
+    GraphPool* any = nullptr;
+    for (GraphPool* g : m_captures) {
+      if (g->device != device) continue;
+      if (g->stream == c.stream) return g;
+      if (!any) any = g;
+    }
+    return any;
   }
 
   /// A block of `blocks` for a request of `size` (a graph's free blocks: one stream, no events): the size class's

@@ -20,7 +20,8 @@ void cached_deallocate(void* ptr) noexcept;
 /// makes on the capturing stream comes from the graph's pool, and a block of the pool returns to it when freed:
 /// its addresses are baked into the graph, so they stay reserved for the replays (PyTorch's private graph pools).
 /// A block allocated before the capture and freed during it is kept out of the cache too (the replays may still
-/// read it). Released with the graph: its blocks go back to the cache, those tensors still hold when freed.
+/// read it); so is another graph's block freed during it, until both graphs are gone. Released with the graph: its
+/// blocks go back to the cache, those tensors still hold when freed.
 struct GraphPool;
 /// Starts routing the calling thread's allocations on `stream` of `device` into a new pool.
 GraphPool* begin_graph_capture(int device, cudaStream_t stream);

@@ -38,6 +38,8 @@ __global__ void __launch_bounds__(kBlockThreads) dropout_mask_kernel(bool* __res
 Tensor dropout_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset, Device device) {
   const uint64_t* offset_base = nullptr;
   if (const ::mixtape::cuda::detail::Capture& c = ::mixtape::cuda::detail::thread_capture(); c.stream != nullptr) {
+    MT_CHECK(device.index == c.device, "cuda::Graph::capture on cuda:", c.device, ": dropout on ", device,
+             " inside the capture (a graph records the work of its own device only)");
     MT_CHECK(seed == c.philox_seed && offset >= c.philox_origin, "cuda::Graph::capture on cuda:", c.device,
              ": dropout drawing from a generator other than the default one inside a capture (a replay can draw "
              "the default generator's next masks only)");

@@ -39,21 +39,31 @@ struct Graph::Impl {
   GraphPool* pool = nullptr;           // its memory, reserved while it lives
   bool replayed = false;
   cudaStream_t last_stream = nullptr;  // the stream of the last replay
+  cudaEvent_t last_replay = nullptr;   // recorded after it when the next replay is on another stream
   uint64_t* philox_slot = nullptr;     // (1): the default generator's offset at the replay running
   uint64_t philox_counters = 0;        // the generator's counters one replay uses
+  uint64_t philox_seed = 0;            // the default generator's seed at the capture: a kernel argument in the graph
 
   ~Impl() {
     int previous = -1;
     const bool switched =
         cudaGetDevice(&previous) == cudaSuccess && previous != device && cudaSetDevice(device) == cudaSuccess;
-    if (pool && replayed) {  // replays may still be writing the pool's blocks
+    if (replayed) {  // the last replay (which follows every earlier one) may still use the pool and the slot
       detail::count_synchronization();
-      (void)cudaDeviceSynchronize();
+      // A graph may die inside another graph's capture: a wait on a stream that is not capturing is allowed then
+      // in relaxed mode (replay() is refused during a capture, so last_stream is never the capturing one).
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      (void)cudaThreadExchangeStreamCaptureMode(&mode);
+      (void)cudaStreamSynchronize(last_stream);
+      (void)cudaThreadExchangeStreamCaptureMode(&mode);
     }
     if (exec) (void)cudaGraphExecDestroy(exec);
     if (graph) (void)cudaGraphDestroy(graph);
-    if (pool) release_graph_pool(pool, replayed ? last_stream : cuda_stream(stream));
+    // Never replayed, the pool's blocks were used by no kernel: they join the cache on the caller's stream, not on
+    // the capture's, which would cost the cache events on every later free (a second stream).
+    if (pool) release_graph_pool(pool, replayed ? last_stream : launch_stream(device));
     if (philox_slot) cached_deallocate(philox_slot);
+    if (last_replay) (void)cudaEventDestroy(last_replay);
     if (switched) (void)cudaSetDevice(previous);
     (void)cudaGetLastError();
   }
@@ -78,6 +88,7 @@ void Graph::capture(const std::function<void()>& body) {
   impl->philox_slot = static_cast<uint64_t*>(cached_allocate(sizeof(uint64_t), device));  // before: not the pool's
   Generator& generator = default_generator();
   const GeneratorState origin = generator.state();
+  impl->philox_seed = origin.seed;
   impl->pool = begin_graph_capture(device, s);
   {
     StreamGuard on(impl->stream);
@@ -111,16 +122,29 @@ void Graph::capture(const std::function<void()>& body) {
 
 void Graph::replay() {
   MT_CHECK(m_impl, "cuda::Graph::replay: nothing was captured");
-  DeviceGuard guard(m_impl->device);
-  const cudaStream_t s = launch_stream(m_impl->device);
-  if (m_impl->philox_counters > 0) {
-    set_offset_kernel<<<1, 1, 0, s>>>(m_impl->philox_slot, default_generator().advance(m_impl->philox_counters));
-    MT_CUDA_CHECK_LAUNCH("set_offset_kernel (the default generator's offset for a replay on cuda:", m_impl->device,
-                         ")");
+  Impl& g = *m_impl;
+  MT_CHECK(detail::thread_capture().stream == nullptr, "cuda::Graph::replay on cuda:", g.device,
+           ": this thread is capturing a graph (a replay inside a capture is not supported)");
+  MT_CHECK(g.philox_counters == 0 || default_generator().seed() == g.philox_seed, "cuda::Graph::replay on cuda:",
+           g.device, ": the default generator was seeded anew since the capture (seed ", g.philox_seed, ", now ",
+           default_generator().seed(), "); the captured dropout draws with the old seed: capture again");
+  DeviceGuard guard(g.device);
+  const cudaStream_t s = launch_stream(g.device);
+  if (g.replayed && s != g.last_stream) {  // replays share the pool and the offset slot: one after the other
+    if (!g.last_replay)
+      MT_CUDA_CHECK(cudaEventCreateWithFlags(&g.last_replay, cudaEventDisableTiming), "cuda::Graph::replay on cuda:",
+                    g.device, ": creating an event");
+    MT_CUDA_CHECK(cudaEventRecord(g.last_replay, g.last_stream), "cuda::Graph::replay on cuda:", g.device);
+    MT_CUDA_CHECK(cudaStreamWaitEvent(s, g.last_replay, 0), "cuda::Graph::replay on cuda:", g.device);
   }
-  MT_CUDA_CHECK(cudaGraphLaunch(m_impl->exec, s), "cuda::Graph::replay on cuda:", m_impl->device);
-  m_impl->last_stream = s;
-  m_impl->replayed = true;
+  if (g.philox_counters > 0) {
+    // The counters this replay draws, taken at once (another thread may draw from the generator too).
+    set_offset_kernel<<<1, 1, 0, s>>>(g.philox_slot, default_generator().advance(g.philox_counters));
+    MT_CUDA_CHECK_LAUNCH("set_offset_kernel (the default generator's offset for a replay on cuda:", g.device, ")");
+  }
+  MT_CUDA_CHECK(cudaGraphLaunch(g.exec, s), "cuda::Graph::replay on cuda:", g.device);
+  g.last_stream = s;
+  g.replayed = true;
 }
 
 bool Graph::captured() const noexcept { return m_impl != nullptr; }

@@ -46,8 +46,12 @@ class Graph {
   void capture(const std::function<void()>& body);
 
   /// Launches the captured work on the current stream of the graph's device, ordered after the work queued there
-  /// before (with dropout: after the default generator's offset is written for it); the host does not wait. Throws
-  /// mixtape::Error when nothing was captured.
+  /// before and, when its last replay ran on another stream, after the work queued on that one (with dropout: after
+  /// the default generator's
+  /// offset is written for it); the host does not wait. Throws mixtape::Error when nothing was captured, when this
+  /// thread is capturing a graph, or when the captured work draws dropout masks and the default generator was
+  /// seeded anew since the capture (its seed is an argument of the captured kernels). Other threads must not draw
+  /// from the default generator while a capture runs (the capture rewinds it when it ends).
   void replay();
 
   /// Whether capture() succeeded.

@@ -1,18 +1,22 @@
 // tests/test_cuda_graph.cpp — cuda::Graph (cuda/graph.h): capture once, replay on new inputs.
 //
 // Without a GPU: a capture is a clear error. On a GPU: a replay computes what eager code computes on the same
-// inputs, bit for bit (the same kernels on the same memory); the graph's memory stays its own until it dies;
-// replayed dropout draws the masks eager calls would have drawn, from the same default generator; what a graph
-// cannot replay (a copy to the host, a host wait, a draw from another generator) is refused during the capture and
-// leaves the thread and the allocator as they were; and a whole mixed precision training step — autocast forward,
-// scaled backward, unscale, AdamW on the device, the scale's update — replayed step after step trains exactly as
-// the eager steps do, including the steps the scaler skips, without a host read or wait.
+// inputs, bit for bit (the same kernels on the same memory); the graph's memory stays its own until it dies, and
+// so do the blocks its capture freed (another graph's output too); replayed dropout draws the masks eager calls
+// would have drawn, from the same default generator, also when replays alternate between streams; what a graph
+// cannot replay (a copy to the host, a host wait, a draw from another generator, a replay inside a capture, a
+// draw after a new seed) is refused and leaves the thread and the allocator as they were; and a whole mixed
+// precision training step — autocast forward, scaled backward, unscale, AdamW on the device, the scale's update —
+// replayed step after step trains exactly as the eager steps do, including the steps the scaler skips, without a
+// host read or wait.
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <mixtape/cuda/stream.h>
 #include <mixtape/mixtape.h>
 
 #include "compare.h"
@@ -159,6 +163,77 @@ BOOST_AUTO_TEST_CASE(a_graphs_memory_is_its_own_until_it_dies, MT_GPU_TEST) {
   }
   BOOST_TEST(found, "the temporary's block came back from the cache");
   expect_same_bits(out, x * 2.0 + 1.0, "an output kept past its graph");
+}
+
+BOOST_AUTO_TEST_CASE(blocks_a_capture_frees_stay_reserved_while_it_lives, MT_GPU_TEST) {
+  cu::synchronize();
+  cu::empty_cache();
+  const auto same_class = [] { return mt::empty({1, 12347}, TensorOptions(DType::kF32).device(Device::cuda())); };
+  const Tensor x = randn_gpu({1, 12347}, 3);
+  auto first = std::make_unique<cu::Graph>();
+  Tensor first_out;
+  first->capture([&] { first_out = x * 2.0; });  // a block of the first graph's pool
+  first->replay();
+  Tensor y = randn_gpu({1, 12347}, 4);  // an ordinary block, made before the next capture
+  const Tensor expected = x * 2.0 + y;
+  void* const reserved[] = {first_out.data_ptr(), y.data_ptr()};
+  cu::Graph second;
+  Tensor out;
+  second.capture([&] {
+    out = first_out + y;  // reads both, then drops both: its replays read them still
+    first_out = Tensor();
+    y = Tensor();
+  });
+  first.reset();  // the first graph dies; its block is the second graph's input
+  // Every block the cache holds in this size class, down to a new cudaMalloc: none is a reserved one.
+  const int64_t mallocs = cu::memory_stats().num_cuda_malloc;
+  std::vector<Tensor> taken;
+  while (cu::memory_stats().num_cuda_malloc == mallocs) {
+    taken.push_back(same_class());
+    for (void* r : reserved) BOOST_TEST(taken.back().data_ptr() != r);
+  }
+  for (Tensor& t : taken) t.fill_(-1.0);  // whoever took a reserved block would overwrite the inputs here
+  second.replay();
+  expect_same_bits(out, expected, "the second graph's replay reads the blocks it reserved");
+  taken.clear();
+}
+
+BOOST_AUTO_TEST_CASE(replays_on_two_streams_run_one_after_the_other, MT_GPU_TEST) {
+  const Tensor x = randn_gpu({256, 1024}, 8);
+  const mt::GeneratorState start = mt::default_generator().state();
+  std::vector<Tensor> eager;
+  for (int i = 0; i < 4; ++i) eager.push_back(mt::dropout(x, 0.3, true) * 2.0);
+  mt::default_generator().set_state(start);
+  cu::Graph graph;
+  Tensor out;
+  graph.capture([&] { out = mt::dropout(x, 0.3, true) * 2.0; });
+  const cu::Stream streams[] = {cu::Stream::create(), cu::Stream::create()};
+  std::vector<Tensor> replayed;
+  for (size_t i = 0; i < eager.size(); ++i) {
+    cu::StreamGuard on(streams[i % 2]);
+    graph.replay();                   // after the last replay and the copy of its output on the other stream
+    replayed.push_back(out.clone());  // on this replay's stream, before the next replay
+  }
+  cu::synchronize();
+  for (size_t i = 0; i < eager.size(); ++i)
+    expect_same_bits(replayed[i], eager[i], mt::test::describe("replay ", i, " vs eager draw ", i));
+}
+
+BOOST_AUTO_TEST_CASE(a_replay_inside_a_capture_or_after_a_new_seed_is_refused, MT_GPU_TEST) {
+  const Tensor x = randn_gpu({16, 16}, 6);
+  const mt::GeneratorState at_capture = mt::default_generator().state();
+  cu::Graph graph;
+  Tensor out;
+  graph.capture([&] { out = mt::dropout(x, 0.5, true); });
+  cu::Graph outer;
+  expect_error([&] { outer.capture([&] { graph.replay(); }); }, {"cuda::Graph::replay", "capturing a graph"});
+  BOOST_TEST(!outer.captured());
+  mt::manual_seed(at_capture.seed + 1);
+  expect_error([&] { graph.replay(); }, {"cuda::Graph::replay", "seeded anew", "capture again"});
+  mt::default_generator().set_state(at_capture);  // the capture's seed again: replays go on
+  graph.replay();
+  mt::default_generator().set_state(at_capture);
+  expect_same_bits(out, mt::dropout(x, 0.5, true), "a replay after the seed came back vs the same eager draw");
 }
 
 BOOST_AUTO_TEST_CASE(replayed_dropout_draws_the_masks_eager_dropout_would, MT_GPU_TEST) {
