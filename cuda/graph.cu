@@ -61,7 +61,17 @@ struct Graph::Impl {
     if (graph) (void)cudaGraphDestroy(graph);
     // Never replayed, the pool's blocks were used by no kernel: they join the cache on the caller's stream, not on
     // the capture's, which would cost the cache events on every later free (a second stream).
-    if (pool) release_graph_pool(pool, replayed ? last_stream : launch_stream(device));
+    if (pool) {
+      cudaStream_t back = last_stream;
+      if (!replayed) {
+        try {
+          back = launch_stream(device);
+        } catch (...) {  // a destructor does not throw: the capture's stream then
+          back = cuda_stream(stream);
+        }
+      }
+      release_graph_pool(pool, back);
+    }
     if (philox_slot) cached_deallocate(philox_slot);
     if (last_replay) (void)cudaEventDestroy(last_replay);
     if (switched) (void)cudaSetDevice(previous);
