@@ -262,7 +262,7 @@ namespace detail {
 void inspect_note_loss_scale(const Tensor& scale) {
   if (!t_current) return;
   std::lock_guard lock(t_current->mutex);
-  t_current->scale = scale;
+  t_current->scale = raw::clone(scale);  // update() changes the scaler's in place: the report names this one
   t_current->inv_scales.clear();
   t_current->next_is_loss_scaling = true;
 }
@@ -337,7 +337,7 @@ std::vector<std::string> advise(const InspectReport& r) {
       os << std::setprecision(3);
       if (k <= headroom) {
         os << "raise the loss scale by 2^" << k << " (to " << r.loss_scale * std::ldexp(1.0, k) << "): "
-           << 100 * under << "% of the activation gradients fall below 2^-24 and flush to zero in f16";
+           << 100 * under << "% of the activation gradients fall below 2^-24, under f16's smallest subnormal";
       } else {
         os << "switch to bf16 (Autocast(kBF16), no loss scaling): " << 100 * under
            << "% of the activation gradients fall below 2^-24, and no loss scale lifts them without overflowing "
@@ -604,7 +604,7 @@ std::string InspectReport::gnuplot_script(const std::string& png) const {
      << "set label 2 'f16 normal' at " << kF16MinNormalExp + 0.5 << ", graph 0.95\n"
      << "set arrow 1 from " << kF16MinSubnormalExp << ", graph 0 to " << kF16MinSubnormalExp
      << ", graph 1 nohead dt 2 lc rgb 'red'\n"
-     << "set label 3 'below 2^{-24}: zero in f16' at " << lo << ", graph 0.88 tc rgb 'red'\n";
+     << "set label 3 'below 2^{-24}: under f16 subnormals' at " << lo << ", graph 0.88 tc rgb 'red'\n";
   if (loss_scale != 1.0 && loss_scale > 0)
     os << "set label 4 'as held: shifted right by the loss scale, x2^{"
        << static_cast<int>(std::lround(std::log2(loss_scale))) << "}' at graph 0.55, graph 0.82\n";

@@ -38,7 +38,7 @@ struct ValueStats {
   int64_t zeros = 0;              // exactly 0 (either sign)
   int64_t non_finite = 0;         // inf or NaN
   int64_t f16_subnormal = 0;      // 2^-24 <= |v| < 2^-14: kept by f16 with less precision
-  int64_t f16_underflow = 0;      // 0 < |v| < 2^-24: below f16's smallest subnormal (lost to zero)
+  int64_t f16_underflow = 0;      // 0 < |v| < 2^-24: below f16's smallest subnormal (0 or 2^-24 in f16)
   int64_t f16_overflow = 0;       // finite |v| >= 65504: at or past f16's largest finite value
   int64_t bf16_below_normal = 0;  // 0 < |v| < 2^-126: below bf16's smallest normal
   float amax = 0;                 // max |v| over the finite values

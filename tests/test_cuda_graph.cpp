@@ -208,6 +208,7 @@ BOOST_AUTO_TEST_CASE(replays_on_two_streams_run_one_after_the_other, MT_GPU_TEST
   Tensor out;
   graph.capture([&] { out = mt::dropout(x, 0.3, true) * 2.0; });
   const cu::Stream streams[] = {cu::Stream::create(), cu::Stream::create()};
+  cu::synchronize();  // x and the graph's first inputs were made on the legacy stream, which these do not follow
   std::vector<Tensor> replayed;
   for (size_t i = 0; i < eager.size(); ++i) {
     cu::StreamGuard on(streams[i % 2]);

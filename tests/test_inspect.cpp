@@ -227,6 +227,7 @@ BOOST_AUTO_TEST_CASE(an_injected_inf_is_attributed_to_its_parameter_and_op, MT_C
   BOOST_TEST(!scaler.step(opt));
   scaler.update();
   const InspectReport r = inspect.report();
+  BOOST_TEST(r.loss_scale == 1024.0, "the scale the loss was scaled by, not the one update() backed off to");
   BOOST_TEST(r.non_finite_parameters == std::vector<std::string>{"a"}, boost::test_tools::per_element());
   BOOST_REQUIRE(r.first_non_finite_backward.has_value());
   const OpStats& origin = r.ops.at(*r.first_non_finite_backward);

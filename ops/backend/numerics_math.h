@@ -24,7 +24,7 @@ enum NumericsField : int {
   kZeros,            // v == 0 (either sign)
   kNonFinite,        // inf or NaN
   kF16Subnormal,     // 2^-24 <= |v| < 2^-14: kept by f16 with fewer significant bits
-  kF16Underflow,     // 0 < |v| < 2^-24: flushed to zero in f16 (below half its smallest subnormal, or tied to 0)
+  kF16Underflow,     // 0 < |v| < 2^-24, below f16's smallest subnormal: to 0 in f16 up to 2^-25, else to 2^-24
   kF16Overflow,      // finite |v| >= 65504, f16's largest finite value
   kBf16BelowNormal,  // 0 < |v| < 2^-126, bf16's (and f32's) smallest normal
   kAmaxBits,         // the f32 bits of max |v| over the finite elements (non-negative), 0 when there is none
