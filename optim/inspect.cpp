@@ -198,8 +198,8 @@ struct Inspect::State final : autograd::TapeObserver, std::enable_shared_from_th
     r.meta.backward_index = backward_count++;
     if (grad_output.defined() && is_floating(grad_output.dtype())) r.grad_output = launch_stats(grad_output);
     for (size_t i = 0; i < grads.size(); ++i) {
-      const Tensor& g = grads[i];
-      if (!g.defined() || !is_floating(g.dtype()) || i >= edges.size() || !edges[i].valid()) continue;
+      if (!grads[i].defined() || !is_floating(grads[i].dtype()) || i >= edges.size() || !edges[i].valid()) continue;
+      const Tensor g = raw::contiguous(grads[i]);  // once for both (an expanded gradient is materialised here)
       Gradient s{static_cast<int>(i), edges[i].leaf != nullptr, g.dtype(), launch_stats(g), Tensor()};
       if (scale.defined()) s.unscaled = launch_stats(g, inv_scale_on(g.device()));
       r.grads.push_back(std::move(s));

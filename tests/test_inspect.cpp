@@ -351,24 +351,49 @@ BOOST_AUTO_TEST_CASE(json_and_plot, MT_CPU_TEST) {
   BOOST_TEST(std::string(magic + 1, 3) == "PNG");
 }
 
-// The same model on CUDA gives the CPU's statistics (the f16 cast and the products are exact here).
+// The same model on CUDA gives the CPU's statistics, every field, held and unscaled (the f16 cast and the products
+// are exact here, and a power-of-two scale keeps them so).
 BOOST_AUTO_TEST_CASE(cuda_statistics_match_the_cpu, MT_GPU_TEST) {
   std::vector<double> coef(256);
   for (size_t i = 0; i < coef.size(); ++i) coef[i] = std::ldexp(1.0 + static_cast<double>(i % 7) / 8, -40 + static_cast<int>(i % 50));
-  const InspectReport cpu = activation_gradient_model(coef, 1.0);
-  const InspectReport gpu = activation_gradient_model(coef, 1.0, Device::cuda());
-  BOOST_REQUIRE_EQUAL(cpu.ops.size(), gpu.ops.size());
-  for (size_t i = 0; i < cpu.ops.size(); ++i) {
-    BOOST_TEST_CONTEXT("op " << i << " " << cpu.ops[i].op) {
-      BOOST_TEST(gpu.ops[i].op == cpu.ops[i].op);
-      BOOST_TEST(gpu.ops[i].output.histogram == cpu.ops[i].output.histogram, boost::test_tools::per_element());
-      BOOST_REQUIRE_EQUAL(gpu.ops[i].grads.size(), cpu.ops[i].grads.size());
-      for (size_t k = 0; k < cpu.ops[i].grads.size(); ++k)
-        BOOST_TEST(gpu.ops[i].grads[k].held.histogram == cpu.ops[i].grads[k].held.histogram,
-                   boost::test_tools::per_element());
+  // The scalars (the loss, the scaled loss, w's gradient) are sums over the batch, in another order on each device:
+  // their amax to f32 rounding.
+  const auto expect_same = [](const mt::amp::ValueStats& gpu, const mt::amp::ValueStats& cpu, const char* what) {
+    BOOST_TEST_CONTEXT(what) {
+      BOOST_TEST(gpu.count == cpu.count);
+      BOOST_TEST(gpu.zeros == cpu.zeros);
+      BOOST_TEST(gpu.non_finite == cpu.non_finite);
+      BOOST_TEST(gpu.f16_subnormal == cpu.f16_subnormal);
+      BOOST_TEST(gpu.f16_underflow == cpu.f16_underflow);
+      BOOST_TEST(gpu.f16_overflow == cpu.f16_overflow);
+      BOOST_TEST(gpu.bf16_below_normal == cpu.bf16_below_normal);
+      if (cpu.count == 1)
+        BOOST_TEST(gpu.amax == cpu.amax, boost::test_tools::tolerance(1e-5f));
+      else
+        BOOST_TEST(gpu.amax == cpu.amax);
+      BOOST_TEST(gpu.histogram == cpu.histogram, boost::test_tools::per_element());
+    }
+  };
+  for (const double scale : {1.0, 1024.0}) {
+    BOOST_TEST_CONTEXT("loss scale " << scale) {
+      const InspectReport cpu = activation_gradient_model(coef, scale);
+      const InspectReport gpu = activation_gradient_model(coef, scale, Device::cuda());
+      BOOST_TEST(gpu.loss_scale == cpu.loss_scale);
+      BOOST_REQUIRE_EQUAL(cpu.ops.size(), gpu.ops.size());
+      for (size_t i = 0; i < cpu.ops.size(); ++i) {
+        BOOST_TEST_CONTEXT("op " << i << " " << cpu.ops[i].op) {
+          BOOST_TEST(gpu.ops[i].op == cpu.ops[i].op);
+          expect_same(gpu.ops[i].output, cpu.ops[i].output, "output");
+          BOOST_REQUIRE_EQUAL(gpu.ops[i].grads.size(), cpu.ops[i].grads.size());
+          for (size_t k = 0; k < cpu.ops[i].grads.size(); ++k) {
+            expect_same(gpu.ops[i].grads[k].held, cpu.ops[i].grads[k].held, "gradient as held");
+            expect_same(gpu.ops[i].grads[k].unscaled, cpu.ops[i].grads[k].unscaled, "gradient unscaled");
+          }
+        }
+      }
+      BOOST_TEST(gpu.advice == cpu.advice, boost::test_tools::per_element());
     }
   }
-  BOOST_TEST(gpu.advice == cpu.advice, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
