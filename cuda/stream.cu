@@ -97,6 +97,7 @@ Stream Stream::borrow(void* handle, int device) {
 }
 
 bool Stream::query() const {
+  detail::refuse_in_capture("cuda::Stream::query (the host reading the device's progress)");
   DeviceGuard guard(m_device);
   const cudaError_t status = cudaStreamQuery(cuda_stream(*this));
   if (status == cudaErrorNotReady) {
@@ -184,6 +185,7 @@ void Event::wait(const Stream& stream) const {
 }
 
 bool Event::query() const {
+  detail::refuse_in_capture("cuda::Event::query (the host reading the device's progress)");
   if (!m_event) return true;
   const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(m_event));
   if (status == cudaErrorNotReady) {

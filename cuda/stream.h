@@ -45,7 +45,7 @@ class Stream {
   void* handle() const noexcept { return m_handle; }
   int device() const noexcept { return m_device; }
 
-  /// True when all work issued to the stream has finished; never waits.
+  /// True when all work issued to the stream has finished; never waits. Refused during a graph capture.
   bool query() const;
   /// Blocks the host until all work issued to the stream has finished; counted in debug_counters().synchronizations.
   void synchronize() const;
@@ -100,7 +100,7 @@ class Event {
   void record(const Stream& stream);
   /// Makes `stream` wait on the device (not the host) until the recorded work finished; a no-op if never recorded.
   void wait(const Stream& stream) const;
-  /// True when the recorded work finished (or nothing was recorded); never waits.
+  /// True when the recorded work finished (or nothing was recorded); never waits. Refused during a graph capture.
   bool query() const;
   /// Blocks the host until the recorded work finished; counted in debug_counters().synchronizations.
   void synchronize() const;

@@ -266,6 +266,7 @@ BOOST_AUTO_TEST_CASE(what_a_graph_cannot_replay_is_refused, MT_GPU_TEST) {
       {"item()", "copy from a CUDA device to the host", [&] { (void)mt::sum(x).item<float>(); }},
       {"a tensor from the host", "copy from the host", [&] { (void)gpu(mt::ones({3})); }},
       {"synchronize", "host wait", [] { cu::synchronize(); }},
+      {"a stream query", "cuda::Stream::query", [] { (void)cu::current_stream().query(); }},
       {"randperm", "randperm", [] { (void)mt::randperm(10, Device::cuda()); }},
       {"dropout from another generator", "a generator other than the default one",
        [&] {
