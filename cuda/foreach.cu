@@ -42,7 +42,7 @@ __device__ __forceinline__ void unscale_element(T* x, opmath_t<T> inv, bool& non
   using M = opmath_t<T>;
   const M v = static_cast<M>(*x);
   non_finite |= !math::finite(v);
-  *x = convert<T>(v * inv);
+  if (math::rescales(v)) *x = convert<T>(v * inv);
 }
 
 /// *found_inf = 1 (and *tensor_flag, when given) when this thread saw a non-finite element; every writer writes the
@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(kBlockThreads) mul_kernel(T* x,  // (L's shape
   for (int64_t i = first_index(); i < L.numel; i += grid_stride()) {
     int64_t off[1];
     element_offsets(L, i, off);
-    x[off[0]] = convert<T>(static_cast<M>(x[off[0]]) * f);
+    const M v = static_cast<M>(x[off[0]]);
+    if (math::rescales(v)) x[off[0]] = convert<T>(v * f);
   }
 }
 
@@ -164,7 +165,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   const M f = load_factor<M>(factor, factor_f64);
   const BlockChunk b = block_chunk(l);
   T* x = static_cast<T*>(l.ptr[b.run][0]);
-  for (int64_t i = b.start + threadIdx.x; i < b.stop; i += blockDim.x) x[i] = convert<T>(static_cast<M>(x[i]) * f);
+  for (int64_t i = b.start + threadIdx.x; i < b.stop; i += blockDim.x) {
+    const M v = static_cast<M>(x[i]);
+    if (math::rescales(v)) x[i] = convert<T>(v * f);
+  }
 }
 
 /// x = clamp(x, lo, hi) over x's elements (any layout; NaN stays NaN).

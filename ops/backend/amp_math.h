@@ -19,6 +19,15 @@ MT_HD inline bool finite(M x) {
   return x - x == M(0);
 }
 
+/// Whether the in-place passes over gradients (the unscale, foreach_mul_) write x · factor over the element x holds
+/// (v: its value in opmath): every element but a NaN, which keeps its bits. A GPU's f32 multiply returns its one
+/// canonical NaN and the CPU's the input's payload, so only an untouched NaN is the same on both backends (and a NaN
+/// times anything is NaN anyway).
+template <class M>
+MT_HD inline bool rescales(M v) {
+  return v == v;
+}
+
 /// PyTorch's _amp_update_scale_ on one scale and tracker (AmpKernels.cu's rules). The products are formed in
 /// double, as there (float · double), and rounded once to the f32 scale.
 MT_HD inline void amp_update_scale(float& scale, int32_t& growth_tracker, float found_inf, double growth_factor,

@@ -298,14 +298,15 @@ struct MaxPoolResult {
 
 // Multi-tensor kernels (ops/cpu/foreach.cpp, cuda/foreach.cu): one pass over a list of tensors, for the
 // optimizers, the loss scaler and gradient clipping (optim/). All on one device; the lists may mix floating dtypes;
-// the in-place ones update each tensor in place. None reads a value back to the host: scalars that depend on data
-// (inv_scale, a clip coefficient, found_inf) are one-element tensors on the list's device. Scalar formulas:
-// ops/backend/amp_math.h.
-//   non_finite_check_and_unscale_(tensors, found_inf, inv_scale)  t *= inv_scale for every tensor, and found_inf[0]
-//       (f32) is set to 1 when any element (before scaling) is inf or NaN; left alone otherwise. found_inf has one
-//       element, or 1 + tensors.size(): then found_inf[1 + i] is also set to 1 when tensors[i] held one (which
-//       parameter's gradient tripped the scaler, without another pass). inv_scale is one f32 element on the same
-//       device.
+// the in-place ones update each tensor in place, and their tensors must not overlap (one launch updates them all at
+// once on a GPU: a tensor given twice would race there; the optimizers and the scaler never pass one twice). None
+// reads a value back to the host: scalars that depend on data (inv_scale, a clip coefficient, found_inf) are
+// one-element tensors on the list's device. Scalar formulas: ops/backend/amp_math.h.
+//   non_finite_check_and_unscale_(tensors, found_inf, inv_scale)  t *= inv_scale for every tensor (a NaN element
+//       keeps its bits, as in foreach_mul_: math::rescales), and found_inf[0] (f32) is set to 1 when any element
+//       (before scaling) is inf or NaN; left alone otherwise. found_inf has one element, or 1 + tensors.size():
+//       then found_inf[1 + i] is also set to 1 when tensors[i] held one (which parameter's gradient tripped the
+//       scaler, without another pass). inv_scale is one f32 element on the same device.
 //   amp_update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval)  the loss
 //       scale's state machine (PyTorch's _amp_update_scale_), overwriting scale (one f32) and growth_tracker (one
 //       i32): found_inf != 0: scale *= backoff_factor, tracker = 0; else tracker + 1 == growth_interval: scale *=
@@ -313,7 +314,8 @@ struct MaxPoolResult {
 //   foreach_norm(tensors, ord)  a fresh (n) tensor of each tensor's ord-norm (ord > 0, or +inf: max |x|), summed in
 //       opmath (f32 for f16/bf16/f32, f64 for f64); its dtype is f64 when the list holds an f64 tensor, else f32.
 //       An empty tensor's norm is 0; a NaN element gives NaN, an inf one inf. The list is not empty.
-//   foreach_mul_(tensors, factor)  t *= factor, factor one f32 or f64 element on the list's device (in opmath_t<T>).
+//   foreach_mul_(tensors, factor)  t *= factor, factor one f32 or f64 element on the list's device (in opmath_t<T>);
+//       a NaN element keeps its bits (the backends' multiplies give NaNs of different payloads).
 //   foreach_clamp_(tensors, lo, hi)  t = min(max(t, lo), hi), lo <= hi (in opmath_t<T>); NaN stays NaN.
 #define MT_KERNELS_FOREACH(X)                                                                                  \
   X(void, non_finite_check_and_unscale_,                                                                       \

@@ -77,7 +77,7 @@ void non_finite_check_and_unscale_(std::span<const Tensor> tensors, const Tensor
       for_each_element<T>(t, [&](T& v) {
         const M m = static_cast<M>(v);
         non_finite |= !math::finite(m);
-        v = convert<T>(m * scale);
+        if (math::rescales(m)) v = convert<T>(m * scale);
       });
       any_non_finite |= non_finite;
       if (non_finite && tensor_flags) tensor_flags[i] = 1.0f;
@@ -126,7 +126,9 @@ void foreach_mul_(std::span<const Tensor> tensors, const Tensor& factor) {
       using T = typename decltype(tag)::type;
       using M = opmath_t<T>;
       const M m = static_cast<M>(f);
-      for_each_element<T>(t, [&](T& v) { v = convert<T>(static_cast<M>(v) * m); });
+      for_each_element<T>(t, [&](T& v) {
+        if (math::rescales(static_cast<M>(v))) v = convert<T>(static_cast<M>(v) * m);
+      });
     });
   }
 }
