@@ -9,7 +9,7 @@
 #
 # Steps (default: build test sanitize bench):
 #   build     configure (sm_90 only) and build everything with all cores
-#   test      ctest -L gpu
+#   test      the gpu ctest entries, one job per top-level Boost suite (TEST_TIMEOUT s each, default 300)
 #   sass      the GEMM's SASS check (check_gemm_sass) with the cuobjdump the GPU machine has
 #   sanitize  compute-sanitizer memcheck and racecheck on every gpu suite (SAN_TOOLS, SAN_SUITES narrow it)
 #   bench     the GPU benchmarks that exist in the build
@@ -23,8 +23,10 @@
 # line in the summary, and the long steps (test, sanitize, bench, mnist, profile) get timeouts cut to fit, so the
 # logs always come back. A lease has 15 device minutes, start included; one call that fits them:
 #   cp ../shared/data/mnist/*.gz data/mnist/    # once, ignored; carry .deb and data/mnist
-#   BUDGET_S=540 SAN_TOOLS=memcheck SAN_SUITES="test_cuda_graph test_optimizers test_grad_scaler" \
+#   BUDGET_S=540 TEST_TIMEOUT=150 SAN_TOOLS=memcheck SAN_SUITES="test_cuda_graph test_cuda_allocator" \
 #     MNIST_ARGS="--epochs 1" bash bench/gpu_session.sh build test sanitize mnist      (timeout_s 570)
+# (2026-11-27 on an H200: the first start took about 30 s, a from-scratch build about 90 s.) The machine goes back
+# 30 s after a call ends: a rerun must follow at once, and a new start needs 4 minutes of the lease left.
 # then give the machine back, fix what failed here, and spend what is left on one rerun of the failing steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(1) set_offset_kernel(uint64_t* slot, uint64_t 
 
 struct Graph::Impl {
   int device = -1;
-  Stream stream;                       // the capture's
+  Stream stream;                       // the capture's own; destroyed after the pool went back on another
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   GraphPool* pool = nullptr;           // its memory, reserved while it lives
@@ -66,8 +66,8 @@ struct Graph::Impl {
       if (!replayed) {
         try {
           back = launch_stream(device);
-        } catch (...) {  // a destructor does not throw: the capture's stream then
-          back = cuda_stream(stream);
+        } catch (...) {  // a destructor does not throw: the legacy stream then (the capture's dies with this)
+          back = cudaStreamLegacy;
         }
       }
       release_graph_pool(pool, back);
@@ -93,7 +93,7 @@ void Graph::capture(const std::function<void()>& body) {
   auto impl = std::make_unique<Impl>();
   MT_CUDA_CHECK(cudaGetDevice(&impl->device), "cuda::Graph::capture: querying the current device");
   const int device = impl->device;
-  impl->stream = Stream::create(device);
+  impl->stream = detail::owned_stream(device);  // the capture's alone (a pool stream may be another code's)
   const cudaStream_t s = cuda_stream(impl->stream);
   impl->philox_slot = static_cast<uint64_t*>(cached_allocate(sizeof(uint64_t), device));  // before: not the pool's
   Generator& generator = default_generator();

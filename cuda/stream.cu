@@ -5,7 +5,10 @@
 // launch costs a table lookup and no CUDA call.
 #include <mixtape/cuda/stream.h>
 
+#include <array>
 #include <atomic>
+#include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -75,11 +78,54 @@ bool allow_clusters() noexcept { return g_allow_clusters.load(std::memory_order_
 
 // ---- Stream ------------------------------------------------------------------------------------
 
+namespace {
+
+/// Stream::create's streams of one device: made together on its first request, handed out in turn, never destroyed
+/// (they go with the CUDA context at exit). A handle outlives every Stream naming it, so the allocator may record a
+/// freed block's event on the stream it was last used on, and a graph wait for its last replay's, whatever the
+/// program kept. 32 as PyTorch's pool: more streams than that run no more kernels at once on one device.
+constexpr int kPoolStreams = 32;
+struct StreamPool {
+  std::once_flag made;
+  std::array<cudaStream_t, kPoolStreams> streams{};
+  std::atomic<uint32_t> next{0};
+};
+
+StreamPool& stream_pool(int device) {
+  static std::vector<std::unique_ptr<StreamPool>> pools = [] {
+    std::vector<std::unique_ptr<StreamPool>> p(static_cast<size_t>(device_count()));
+    for (auto& one : p) one = std::make_unique<StreamPool>();
+    return p;
+  }();
+  return *pools[static_cast<size_t>(device)];
+}
+
+}  // namespace
+
 Stream Stream::create(int device) {
   device = resolve_device(device, "cuda::Stream::create");
+  StreamPool& pool = stream_pool(device);
+  std::call_once(pool.made, [&] {  // a throw leaves the flag unset: the next request tries again
+    DeviceGuard guard(device);
+    for (int i = 0; i < kPoolStreams; ++i) {
+      const cudaError_t status = cudaStreamCreateWithFlags(&pool.streams[static_cast<size_t>(i)], cudaStreamNonBlocking);
+      if (status != cudaSuccess) {
+        for (int j = 0; j < i; ++j) (void)cudaStreamDestroy(pool.streams[static_cast<size_t>(j)]);
+        MT_CUDA_CHECK(status, "cuda::Stream::create on cuda:", device, ": making the device's ", kPoolStreams,
+                      " streams");
+      }
+    }
+  });
+  const uint32_t i = pool.next.fetch_add(1, std::memory_order_relaxed) % kPoolStreams;
+  return Stream(static_cast<void*>(pool.streams[i]), device, nullptr);
+}
+
+Stream detail::owned_stream(int device) {
+  device = resolve_device(device, "cuda::Graph::capture: making the capture's stream");
   DeviceGuard guard(device);
   cudaStream_t s = nullptr;
-  MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cuda::Stream::create on cuda:", device);
+  MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cuda::Graph::capture: making a stream on cuda:",
+                device);
   // The deleter runs when the last copy goes; errors are dropped (it may run at exit, after the runtime unloaded).
   std::shared_ptr<void> owner(static_cast<void*>(s), [](void* p) {
     if (cudaStreamDestroy(static_cast<cudaStream_t>(p)) != cudaSuccess) (void)cudaGetLastError();

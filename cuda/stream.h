@@ -6,9 +6,12 @@
 // stream is the device's *legacy default stream*: it is ordered with every
 // blocking stream and with code that launches on stream 0, so a program that
 // never touches streams is exactly as ordered as one without them. Streams
-// made by `Stream::create()` are non-blocking (not ordered with the legacy
+// from `Stream::create()` are non-blocking (not ordered with the legacy
 // stream): work on them overlaps with the default stream, and ordering between
-// streams is expressed with events.
+// streams is expressed with events. They come from a pool of 32 a device that
+// lives as long as the process (PyTorch's getStreamFromPool): the allocator
+// keeps a freed block's stream and a graph its last replay's, so a stream must
+// outlive every Stream object that named it.
 //
 // Free of CUDA headers, like cuda/runtime.h: a stream is an opaque handle
 // here; .cu files get the cudaStream_t through cuda/stream.cuh.
@@ -27,14 +30,23 @@
 
 namespace mixtape::cuda {
 
-/// A CUDA stream of one device: the legacy default stream, a stream this object owns (shared by its copies and
-/// destroyed with the last of them), or a borrowed cudaStream_t. Copying is cheap.
+class Stream;
+namespace detail {
+/// A non-blocking stream of `device` of its own, destroyed with the last copy of the result: a graph capture's
+/// (cuda/graph.cu), which no other code may launch on while it records.
+Stream owned_stream(int device);
+}  // namespace detail
+
+/// A CUDA stream of one device: the legacy default stream, a stream of the device's pool, or a borrowed
+/// cudaStream_t. Copying is cheap.
 class Stream {
  public:
   /// The legacy default stream of cuda:0 (a null handle: stream 0). Never throws.
   Stream() noexcept = default;
 
-  /// A new non-blocking stream on `device` (-1: the current device), destroyed with the last copy of the result.
+  /// A non-blocking stream of `device` (-1: the current device) from its pool: 32 streams made on the device's
+  /// first request and handed out in turn (the 33rd request gets the first again), never destroyed, so that a
+  /// tensor made on one may be freed, and a graph replayed on one may die, after the last Stream naming it went.
   static Stream create(int device = -1);
   /// The legacy default stream of `device` (-1: the current device).
   static Stream legacy_default(int device = -1);
@@ -55,12 +67,13 @@ class Stream {
   }
 
  private:
+  friend Stream detail::owned_stream(int device);
   Stream(void* handle, int device, std::shared_ptr<void> owner) noexcept
       : m_handle(handle), m_device(device), m_owner(std::move(owner)) {}
 
   void* m_handle = nullptr;
   int m_device = 0;
-  std::shared_ptr<void> m_owner;  // non-null for a stream created here: destroys it
+  std::shared_ptr<void> m_owner;  // non-null for an owned_stream: destroys it
 };
 
 /// The calling thread's current stream on `device` (-1: the current device); the legacy default stream until

@@ -235,6 +235,35 @@ BOOST_AUTO_TEST_CASE(reuse_across_streams_waits_for_the_free_event, MT_GPU_TEST)
   cu::synchronize();
 }
 
+BOOST_AUTO_TEST_CASE(streams_come_from_a_pool_of_32, MT_GPU_TEST) {
+  std::vector<cu::Stream> streams;
+  for (int i = 0; i < 33; ++i) streams.push_back(cu::Stream::create());
+  for (size_t i = 0; i < 32; ++i)
+    for (size_t j = i + 1; j < 32; ++j) BOOST_TEST(!(streams[i] == streams[j]), "requests " << i << " and " << j);
+  BOOST_TEST((streams[32] == streams[0]), "the 33rd request gets the first stream again");
+}
+
+BOOST_AUTO_TEST_CASE(a_block_outlives_the_stream_object_it_was_made_on, MT_GPU_TEST) {
+  // The allocator records a freed block's event on the stream the block was last used on, once the device has
+  // seen two streams; that stream must still exist when the tensor dies after every Stream naming it went.
+  const int64_t n = kMiB;
+  Tensor kept;
+  {
+    const cu::Stream made_on = cu::Stream::create();
+    cu::StreamGuard on(made_on);
+    kept = mt::full({n}, 2.0, on_gpu());
+  }
+  {
+    cu::StreamGuard on(cu::Stream::create());  // another stream: frees record events from now on
+    const Tensor other = mt::full({n}, 3.0, on_gpu());
+  }
+  kept = Tensor();  // records the block's free event on made_on's stream (a stream destroyed with made_on crashed)
+  BOOST_CHECK_NO_THROW(cu::synchronize());
+  const Tensor again = mt::full({n}, 4.0, on_gpu());  // the cache's blocks, events included, still serve
+  BOOST_TEST(again.to_vector<float>() == std::vector<float>(static_cast<size_t>(n), 4.0f),
+             boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(async_round_trip_is_bit_exact, MT_GPU_TEST) {
   std::mt19937 rng(1234);
   const cu::Stream side = cu::Stream::create();
