@@ -37,6 +37,21 @@ MT_OP_CASE({.op = "cat", .label = "dim 0 of 3-D tensors",
 
 BOOST_AUTO_TEST_SUITE(index_ops)
 
+// The kernels view their tensors around `dim`: one outside [0, rank) is refused (the op wraps negative dims first);
+// index_select's kernel given -1 wrote before its output's shape and read outside x.
+BOOST_AUTO_TEST_CASE(index_kernels_refuse_a_dim_outside_the_rank, MT_CPU_TEST) {
+  const Tensor x = mt::ones({5, 6});
+  const Tensor i64 = mt::tensor<int64_t>({1, 0});
+  for (int64_t dim : {int64_t{-1}, int64_t{2}}) {
+    const std::string d = "dim = " + std::to_string(dim);
+    expect_error([&] { kn::index_select(x, dim, i64); }, {"kernels::index_select", "dim_of(dim, x.dim())", d});
+    expect_error([&] { kn::index_add({5, 6}, dim, i64, mt::ones({2, 6})); }, {"kernels::index_add", d});
+    expect_error([&] { kn::gather(x, dim, mt::zeros({5, 6}, mt::kI64)); }, {"kernels::gather", d});
+    expect_error([&] { kn::scatter_add({5, 6}, dim, mt::zeros({5, 6}, mt::kI64), x); }, {"kernels::scatter_add", d});
+  }
+  BOOST_TEST(kn::index_select(x, 1, i64).shape() == (Shape{5, 2}), "the last dim, given as 1");
+}
+
 BOOST_AUTO_TEST_CASE(index_select_gradient_sums_repeated_indices, MT_CPU_TEST) {
   Tensor x = mt::randn({3, 2}).requires_grad_();
   const Tensor y = mt::index_select(x, 0, index_i64({0, 0, 2}));
@@ -227,7 +242,7 @@ BOOST_AUTO_TEST_CASE(index_select_matches_cpu, MT_GPU_TEST) {
   const std::vector<int64_t> picks{4, 0, 4, 2, 2, 1, 0};  // repeated, unsorted; valid for every dim of `shape`
   const DType dtypes[] = {mt::kF32, mt::kF16, mt::kBF16, mt::kF64, mt::kI64, mt::kI32, mt::kU8, mt::kBool};
   for (DType dt : dtypes)
-    for (int64_t dim : {0, 1, 2, -1})
+    for (int64_t dim : {0, 1, 2})  // kernels take a dim in [0, rank) (the op wraps -1)
       for (DType it : {mt::kI64, mt::kI32}) {
         std::ostringstream what;
         what << "index_select [x " << shape << ", " << dt << ", dim " << dim << ", index " << it << "]";

@@ -46,7 +46,8 @@ void check_softmax(const Tensor& x, int64_t dim, bool log, DType out_dtype, cons
   os << (log ? "log_softmax" : "softmax") << " of " << describe(x) << " along dim " << dim << " -> " << out_dtype
      << " (" << what << ")";
   const std::string config = os.str();
-  const int64_t C = x.dim() == 0 ? 1 : x.size(dim < 0 ? dim + x.dim() : dim);
+  if (dim < 0) dim += x.dim();  // the kernels take a dim in [0, rank) (the op wraps -1)
+  const int64_t C = x.dim() == 0 ? 1 : x.size(dim);
   const Tensor y_cpu = kn::softmax(x, dim, log, out_dtype);
   const Tensor y_gpu = kn::softmax(gpu(x), dim, log, out_dtype);
   BOOST_REQUIRE(y_gpu.is_cuda());
@@ -69,6 +70,13 @@ BOOST_AUTO_TEST_CASE(precision_categories, MT_CPU_TEST) {
 
 BOOST_AUTO_TEST_CASE(error_messages, MT_CPU_TEST) {
   BOOST_CHECK_THROW(mt::softmax(mt::randn({2, 3}), 2), mt::Error);
+  // The kernels take the op's wrapped dim: -1 (which crashed the CPU kernel) or 2 is refused.
+  for (int64_t dim : {int64_t{-1}, int64_t{2}}) {
+    mt::test::expect_error([&] { kn::softmax(mt::randn({2, 3}), dim, false, mt::kF32); },
+                           {"kernels::softmax", "dim_of(dim, x.dim())", "dim = " + std::to_string(dim)});
+    mt::test::expect_error([&] { kn::softmax_backward(mt::randn({2, 3}), mt::randn({2, 3}), dim, true); },
+                           {"kernels::softmax_backward", "dim = " + std::to_string(dim)});
+  }
 }
 
 // ---- f16 data: statistics in f32 -------------------------------------------------------------
@@ -138,9 +146,9 @@ BOOST_AUTO_TEST_CASE(softmax_f16_large_offset, MT_GPU_TEST) {
       const Tensor x = randn_as({3, C}, mt::kF16, 1000.0);
       check_softmax(x, -1, log, mt::kF16, "offset +1000");
       // And the answer does not depend on the offset (beyond the f16 quantisation of the inputs).
-      const Tensor y = kn::softmax(gpu(x), -1, log, mt::kF32);
+      const Tensor y = kn::softmax(gpu(x), 1, log, mt::kF32);
       const Tensor y_shift = kn::softmax(gpu(kn::scalar(kn::ScalarOp::kAdd, x.to(mt::kF32), -1000.0)),
-                                              -1, log, mt::kF32);
+                                              1, log, mt::kF32);
       expect_close(y, y_shift.cpu(), with_allowance(mt::test::tolerance(mt::kF32), order_allowance(C), y_shift.cpu()), "offset invariance");
     }
 }

@@ -7,7 +7,8 @@
 // op layer calls. An entry point finds the backend of its tensors' device and
 // checks only invariants a kernel cannot be handed wrongly without reading
 // memory wrongly: every tensor on one device, the dtypes each kernel is
-// instantiated for. Shapes, dims and options are the op's to check, in its
+// instantiated for, the dim of softmax and the index kernels (in [0, rank):
+// they view their tensors around it). Shapes, dims and options are the op's to check, in its
 // forward (ops/check.h), where the message can name what the user called;
 // kernels receive valid arguments.
 //
@@ -167,9 +168,9 @@ struct MaxPoolResult {
 //                                      y·(dy − Σ dy·y); log_softmax: dy − exp(y)·Σ dy.
 #define MT_KERNELS_SOFTMAX(X)                                                                                  \
   X(Tensor, softmax, (const Tensor& x, int64_t dim, bool log, DType out_dtype), (x, dim, log, out_dtype),     \
-    is_floating(x.dtype()) && is_floating(out_dtype))                                                          \
+    is_floating(x.dtype()) && is_floating(out_dtype) && dim_of(dim, x.dim()))                                  \
   X(Tensor, softmax_backward, (const Tensor& dy, const Tensor& y, int64_t dim, bool log), (dy, y, dim, log),  \
-    dy.dtype() == y.dtype() && is_floating(y.dtype()))
+    dy.dtype() == y.dtype() && is_floating(y.dtype()) && dim_of(dim, y.dim()))
 
 // Losses (ops/cpu/loss.cpp, cuda/loss.cu): the fused cross-entropy of logits (rows, C) and kI64 targets (rows).
 //   cross_entropy(logits, target, ignore_index, label_smoothing)  every row in one pass: loss
@@ -287,14 +288,15 @@ struct MaxPoolResult {
   X(Tensor, randperm, (int64_t n, uint64_t seed, uint64_t offset, Device device), (n, seed, offset, device),   \
     n >= 0)                                                                                                    \
   X(Tensor, gather, (const Tensor& x, int64_t dim, const Tensor& index), (x, dim, index),                     \
-    index.dtype() == DType::kI64)                                                                              \
+    index.dtype() == DType::kI64 && dim_of(dim, x.dim()))                                                      \
   X(Tensor, scatter_add, (const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src),            \
-    (shape, dim, index, src), index.dtype() == DType::kI64 && is_floating(src.dtype()))                        \
+    (shape, dim, index, src), index.dtype() == DType::kI64 && is_floating(src.dtype()) &&                      \
+    dim_of(dim, shape.size()))                                                                                 \
   X(Tensor, index_select, (const Tensor& x, int64_t dim, const Tensor& index), (x, dim, index),               \
-    index.dtype() == DType::kI64 || index.dtype() == DType::kI32)                                              \
+    (index.dtype() == DType::kI64 || index.dtype() == DType::kI32) && dim_of(dim, x.dim()))                    \
   X(Tensor, index_add, (const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src),              \
     (shape, dim, index, src), (index.dtype() == DType::kI64 || index.dtype() == DType::kI32) &&                \
-    is_floating(src.dtype()))
+    is_floating(src.dtype()) && dim_of(dim, shape.size()))
 
 // Multi-tensor kernels (ops/cpu/foreach.cpp, cuda/foreach.cu): one pass over a list of tensors, for the
 // optimizers, the loss scaler and gradient clipping (optim/). All on one device; the lists may mix floating dtypes;
