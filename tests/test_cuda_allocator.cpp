@@ -257,7 +257,7 @@ BOOST_AUTO_TEST_CASE(a_block_outlives_the_stream_object_it_was_made_on, MT_GPU_T
     cu::StreamGuard on(cu::Stream::create());  // another stream: frees record events from now on
     const Tensor other = mt::full({n}, 3.0, on_gpu());
   }
-  kept = Tensor();  // records the block's free event on made_on's stream (a stream destroyed with made_on crashed)
+  kept = Tensor();  // records the block's free event on made_on's stream (once destroyed with made_on: a dead handle)
   BOOST_CHECK_NO_THROW(cu::synchronize());
   const Tensor again = mt::full({n}, 4.0, on_gpu());  // the cache's blocks, events included, still serve
   BOOST_TEST(again.to_vector<float>() == std::vector<float>(static_cast<size_t>(n), 4.0f),

@@ -151,8 +151,9 @@ bool reduce_dtypes_ok(ReduceOp op, const Tensor& x, DType out) {
 
 bool floating_or_undefined(const Tensor& t) { return !t.defined() || is_floating(t.dtype()); }
 
-/// `dim` names an axis of a tensor of `rank` dims (axis 0 of a 0-d one): the index kernels view their tensors around
-/// it, and a negative or too large one read and wrote outside them (a test passing -1 crashed the CPU kernel).
+/// `dim` names an axis of a tensor of `rank` dims (axis 0 of a 0-d one): softmax and the index kernels view their
+/// tensors around it, and a negative or too large one read and wrote outside them (a test passing -1 to index_select
+/// corrupted the heap and hung).
 bool dim_of(int64_t dim, int64_t rank) { return dim >= 0 && dim < std::max<int64_t>(rank, 1); }
 
 bool cross_entropy_backward_dtypes_ok(const Tensor& logits, const Tensor& target, const Tensor& lse,
