@@ -90,6 +90,8 @@ if run_step build 60; then
 fi
 
 GPU_SUITES=$(cd "$BUILD" && ctest -N -L gpu | awk '/Test +#/ {print $3}')
+# boost_suites EXE: the top-level Boost suites of a test executable (test_ops holds every op family's).
+boost_suites() { "$1" --list_content 2>&1 | grep -E '^[A-Za-z0-9_]+[*]?$' | tr -d '*'; }
 
 if run_step test 60; then
   # One job per (gpu ctest entry, top-level Boost suite), four at a time, each with its own log and timeout, so that
@@ -100,7 +102,7 @@ if run_step test 60; then
   for t in $GPU_SUITES; do
     exe=$BUILD/tests/$t
     if [ -x "$exe" ]; then
-      for suite in $("$exe" --list_content 2>&1 | grep -E '^[A-Za-z0-9_]+[*]?$' | tr -d '*'); do echo "$t $suite"; done
+      for suite in $(boost_suites "$exe"); do echo "$t $suite"; done
     else
       echo "$t -"
     fi
@@ -142,9 +144,7 @@ if run_step sanitize 60; then
     for s in ${SAN_SUITES:-$GPU_SUITES}; do
       exe=$BUILD/tests/$s
       [ -x "$exe" ] || continue
-      for suite in $("$exe" --list_content 2>&1 | grep -E '^[A-Za-z0-9_]+[*]?$' | tr -d '*'); do
-        echo "$tool $s $suite"
-      done
+      for suite in $(boost_suites "$exe"); do echo "$tool $s $suite"; done
     done
   done | xargs -P 6 -L 1 bash -c '
     tool=$0; s=$1; suite=$2

@@ -8,9 +8,10 @@
 // checks only invariants a kernel cannot be handed wrongly without reading
 // memory wrongly: every tensor on one device, the dtypes each kernel is
 // instantiated for, the dim of softmax and the index kernels (in [0, rank):
-// they view their tensors around it). Shapes, dims and options are the op's to check, in its
-// forward (ops/check.h), where the message can name what the user called;
-// kernels receive valid arguments.
+// they view their tensors around it; the op wraps a negative one). Other
+// shapes, dims and options are the op's to check, in its forward
+// (ops/check.h), where the message can name what the user called; kernels
+// receive valid arguments.
 //
 // A list entry is X(return type, name, (parameters), (arguments), dtype invariant): the invariant is an
 // expression over the parameters, checked by the entry point (and printed when it fails).
