@@ -6,7 +6,9 @@
 // runtime refuses host copies and host waits with an error that says why (detail::refuse_in_capture). Dropout
 // draws from the default generator: the capture rewinds the generator to where it began (nothing ran), and each
 // replay takes the counters its draws need from the generator and writes the first one to a device slot the
-// captured kernels add to their offsets, so replays draw what eager steps would.
+// captured kernels add to their offsets, so replays draw what eager steps would. Replay arguments work alike
+// (detail::replay_argument): the optimizers' step kernels read their options from the graph's argument arena, which
+// each replay first fills with the options as the program has set them by then (the learning rate of a schedule).
 #include <mixtape/cuda/graph.h>
 
 #include <exception>
@@ -29,6 +31,16 @@ namespace {
 /// *slot = value, by one thread: the default generator's offset for the replay that follows on the stream.
 __global__ void __launch_bounds__(1) set_offset_kernel(uint64_t* slot, uint64_t value) { *slot = value; }
 
+/// A graph's replay arguments as the host wrote them for one replay.
+struct ArgumentBytes {
+  unsigned char b[detail::kReplayArgumentBytes];
+};
+
+/// The first n bytes of the arena = values': the replay arguments for the replay that follows on the stream.
+__global__ void __launch_bounds__(256) set_arguments_kernel(unsigned char* arena, ArgumentBytes values, unsigned n) {
+  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) arena[i] = values.b[i];
+}
+
 }  // namespace
 
 struct Graph::Impl {
@@ -43,6 +55,7 @@ struct Graph::Impl {
   uint64_t* philox_slot = nullptr;     // (1): the default generator's offset at the replay running
   uint64_t philox_counters = 0;        // the generator's counters one replay uses
   uint64_t philox_seed = 0;            // the default generator's seed at the capture: a kernel argument in the graph
+  detail::ReplayArguments arguments;   // set before each replay (detail::replay_argument)
 
   ~Impl() {
     int previous = -1;
@@ -73,6 +86,7 @@ struct Graph::Impl {
       release_graph_pool(pool, back);
     }
     if (philox_slot) cached_deallocate(philox_slot);
+    if (arguments.arena) cached_deallocate(arguments.arena);
     if (last_replay) (void)cudaEventDestroy(last_replay);
     if (switched) (void)cudaSetDevice(previous);
     (void)cudaGetLastError();
@@ -96,6 +110,7 @@ void Graph::capture(const std::function<void()>& body) {
   impl->stream = detail::owned_stream(device);  // the capture's alone (a pool stream may be another code's)
   const cudaStream_t s = cuda_stream(impl->stream);
   impl->philox_slot = static_cast<uint64_t*>(cached_allocate(sizeof(uint64_t), device));  // before: not the pool's
+  impl->arguments.arena = static_cast<unsigned char*>(cached_allocate(detail::kReplayArgumentBytes, device));
   Generator& generator = default_generator();
   const GeneratorState origin = generator.state();
   impl->philox_seed = origin.seed;
@@ -106,7 +121,7 @@ void Graph::capture(const std::function<void()>& body) {
     if (began != cudaSuccess) end_graph_capture(impl->pool);  // impl's destructor releases the pool
     MT_CUDA_CHECK(began, "cuda::Graph::capture: beginning a capture on cuda:", device);
 
-    detail::thread_capture() = {s, device, origin.seed, origin.offset, impl->philox_slot};
+    detail::thread_capture() = {s, device, origin.seed, origin.offset, impl->philox_slot, &impl->arguments};
     std::exception_ptr failure;
     try {
       body();
@@ -138,6 +153,10 @@ void Graph::replay() {
   MT_CHECK(g.philox_counters == 0 || default_generator().seed() == g.philox_seed, "cuda::Graph::replay on cuda:",
            g.device, ": the default generator was seeded anew since the capture (seed ", g.philox_seed, ", now ",
            default_generator().seed(), "); the captured dropout draws with the old seed: capture again");
+  // The replay arguments first (their functions may refuse the replay): nothing is launched before they are written.
+  const detail::ReplayArguments& arguments = g.arguments;
+  ArgumentBytes values{};
+  for (const detail::ReplayArgument& a : arguments.list) a.current(values.b + a.offset);
   DeviceGuard guard(g.device);
   const cudaStream_t s = launch_stream(g.device);
   if (g.replayed && s != g.last_stream) {  // replays share the pool and the offset slot: one after the other
@@ -146,6 +165,10 @@ void Graph::replay() {
                     g.device, ": creating an event");
     MT_CUDA_CHECK(cudaEventRecord(g.last_replay, g.last_stream), "cuda::Graph::replay on cuda:", g.device);
     MT_CUDA_CHECK(cudaStreamWaitEvent(s, g.last_replay, 0), "cuda::Graph::replay on cuda:", g.device);
+  }
+  if (arguments.used > 0) {
+    set_arguments_kernel<<<1, 256, 0, s>>>(arguments.arena, values, static_cast<unsigned>(arguments.used));
+    MT_CUDA_CHECK_LAUNCH("set_arguments_kernel (", arguments.list.size(), " replay arguments on cuda:", g.device, ")");
   }
   if (g.philox_counters > 0) {
     // The counters this replay draws, taken at once (another thread may draw from the generator too).
@@ -156,6 +179,23 @@ void Graph::replay() {
   g.last_stream = s;
   g.replayed = true;
 }
+
+namespace detail {
+
+void* replay_argument(size_t bytes, std::function<void(void* host)> current) {
+  const Capture& c = thread_capture();
+  MT_CHECK(c.stream != nullptr && c.arguments != nullptr, "cuda: a replay argument outside a graph capture");
+  ReplayArguments& a = *c.arguments;
+  const size_t offset = (a.used + 15) / 16 * 16;
+  MT_CHECK(bytes <= kReplayArgumentBytes && offset <= kReplayArgumentBytes - bytes, "cuda::Graph::capture on cuda:",
+           c.device, ": the captured code asks for more than ", kReplayArgumentBytes, " bytes of arguments that "
+           "replays set (", a.list.size(), " so far, e.g. an optimizer's options per param group and dtype)");
+  a.list.push_back({offset, bytes, std::move(current)});
+  a.used = offset + bytes;
+  return a.arena + offset;
+}
+
+}  // namespace detail
 
 bool Graph::captured() const noexcept { return m_impl != nullptr; }
 

@@ -3,15 +3,18 @@
 //
 // The one design idea: a capture runs the code on the host as usual — the tape records, the optimizer walks its
 // parameters — but every kernel and device copy it issues is recorded into the graph instead of running, with its
-// arguments as they are at the capture: pointers, shapes, and scalars such as a learning rate. So a replay repeats
-// exactly that work on exactly that memory. What the captured code allocates comes from a memory pool of the graph
-// and stays reserved for the replays (its tensors may die: their memory does not go to anyone else while the graph
-// lives); inputs are tensors made before the capture that the program overwrites in place (copy_) before each
-// replay, and outputs are tensors the capture made that the program keeps. Dropout draws from the default
-// generator as eager code would: the capture takes no counters from it, each replay takes the ones its masks need,
-// so replays draw the masks eager steps would have drawn. Work that the device cannot repeat on its own is refused
-// with a mixtape::Error during the capture: a copy to or from the host (item(), .cpu()), a host wait, a draw from
-// another generator, randperm.
+// arguments as they are at the capture: pointers, shapes, scalars. So a replay repeats exactly that work on exactly
+// that memory. What the captured code allocates comes from a memory pool of the graph and stays reserved for the
+// replays (its tensors may die: their memory does not go to anyone else while the graph lives); inputs are tensors
+// made before the capture that the program overwrites in place (copy_) before each replay, and outputs are tensors
+// the capture made that the program keeps. Dropout draws from the default generator as eager code would: the
+// capture takes no counters from it, each replay takes the ones its masks need, so replays draw the masks eager
+// steps would have drawn. An optimizer's options (lr, momentum, betas, eps, weight_decay, ...) are likewise read at
+// each replay as the program has set them by then, so a learning-rate schedule stepped between replays works as it
+// does between eager steps (PyTorch needs capturable=True and a tensor lr for that); an option that chose the
+// captured kernels (a momentum of 0, amsgrad) must keep its value, and the optimizer must outlive the replays.
+// Work that the device cannot repeat on its own is refused with a mixtape::Error during the capture: a copy to or
+// from the host (item(), .cpu()), a host wait, a draw from another generator, randperm.
 //
 //   mt::Tensor x = ..., y = ...;              // the static inputs, on the GPU
 //   for (int i = 0; i < 3; ++i) step(x, y);   // warm up eagerly: optimizer state, scaler state, caches
@@ -20,6 +23,7 @@
 //   for (auto& [bx, by] : batches) {
 //     x.copy_(bx); y.copy_(by);                // the next batch into the static inputs
 //     graph.replay();                          // one launch: forward, backward, unscale, optimizer step, scale update
+//     schedule.step();                         // the learning rate of the next replay
 //   }
 #pragma once
 
@@ -50,8 +54,9 @@ class Graph {
   /// the default generator's
   /// offset is written for it); the host does not wait. Throws mixtape::Error when nothing was captured, when this
   /// thread is capturing a graph, or when the captured work draws dropout masks and the default generator was
-  /// seeded anew since the capture (its seed is an argument of the captured kernels). Other threads must not draw
-  /// from the default generator while a capture runs (the capture rewinds it when it ends).
+  /// seeded anew since the capture (its seed is an argument of the captured kernels), when a captured optimizer was
+  /// destroyed, or when one of its options that chose the captured kernels changed (the top of this file). Other
+  /// threads must not draw from the default generator while a capture runs (the capture rewinds it when it ends).
   void replay();
 
   /// Whether capture() succeeded.

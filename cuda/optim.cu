@@ -7,12 +7,16 @@
 // loop calls, with products and sums that are never fused into an FMA — and stores once, so the GPU's bits are the
 // CPU's. The sync-free step: a kernel reads the loss scaler's found-inf flag and each parameter's update count
 // from device memory (the count advanced, or not, by count_steps_kernel before it) and computes its scalars there
-// (optim_math's adam_coeffs and rounding_key, the CPU's functions), so a skipped step costs no host read.
+// (optim_math's adam_coeffs and rounding_key, the CPU's functions), so a skipped step costs no host read. Captured
+// into a CUDA graph, the kernels read their options from a replay argument of the graph (replayed_options), which
+// each replay fills with the optimizer's options then: a schedule between replays reaches them.
 #include <mixtape/ops/backend/kernels.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <type_traits>
 
 #include <cuda_runtime.h>
@@ -21,6 +25,7 @@
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/cuda/chunks.cuh>
 #include <mixtape/cuda/launch.cuh>
+#include <mixtape/cuda/stream.cuh>
 #include <mixtape/ops/backend/optim_math.h>
 
 namespace mixtape::kernels::cuda {
@@ -84,8 +89,13 @@ __device__ __forceinline__ void adam_element(T* param, const T* grad, S* exp_avg
 template <class T, class S, Store kStore, bool kMomentum>
 __global__ void __launch_bounds__(kBlockThreads)
     sgd_kernel(T* param, const T* grad, S* momentum_buffer, float* master, OffsetLayout<kSlots> L,
-               optim_math::SgdCoeffs<opmath_t<T>> c, uint64_t seed, StepRef step, const float* found_inf) {
+               optim_math::SgdCoeffs<opmath_t<T>> c, uint64_t seed, const SgdHyper* live, StepRef step,
+               const float* found_inf) {
   if (skipped(found_inf)) return;
+  if (live != nullptr) {  // a replay's options
+    c = optim_math::sgd_coeffs<opmath_t<T>>(*live, c.first_momentum);
+    seed = live->seed;
+  }
   const uint64_t key = optim_math::rounding_key(seed, step.get(), step.index);
   for (int64_t i = first_index(); i < L.numel; i += grid_stride()) {
     int64_t off[kSlots];
@@ -101,6 +111,7 @@ __global__ void __launch_bounds__(kBlockThreads)
                 OffsetLayout<kSlots> L, AdamHyper hyper, StepRef step, const float* found_inf) {
   using M = opmath_t<T>;
   if (skipped(found_inf)) return;
+  if (hyper.on_device != nullptr) hyper = *hyper.on_device;  // a replay's options
   const int64_t count = step.get();
   const optim_math::AdamCoeffs<M> c = optim_math::adam_coeffs<M>(hyper, count);
   const uint64_t key = optim_math::rounding_key(hyper.seed, count, step.index);
@@ -124,8 +135,12 @@ using OptimChunks = ChunkList<kSlots, 32, RunStep>;
 template <class T, class S, Store kStore, bool kMomentum>
 __global__ void __launch_bounds__(kBlockThreads)
     sgd_chunks_kernel(const __grid_constant__ OptimChunks l, optim_math::SgdCoeffs<opmath_t<T>> c, uint64_t seed,
-                      const float* found_inf) {
+                      const SgdHyper* live, const float* found_inf) {
   if (skipped(found_inf)) return;
+  if (live != nullptr) {  // a replay's options
+    c = optim_math::sgd_coeffs<opmath_t<T>>(*live, false);
+    seed = live->seed;
+  }
   const BlockChunk b = block_chunk(l);
   const RunStep& run = l.extra[b.run];
   c.first_momentum = run.first_momentum;
@@ -145,6 +160,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     adam_chunks_kernel(const __grid_constant__ OptimChunks l, AdamHyper hyper, const float* found_inf) {
   using M = opmath_t<T>;
   if (skipped(found_inf)) return;
+  if (hyper.on_device != nullptr) hyper = *hyper.on_device;  // a replay's options
   const BlockChunk b = block_chunk(l);
   const StepRef& step = l.extra[b.run].step;
   const int64_t count = step.get();
@@ -228,13 +244,35 @@ void for_each_update(std::span<const Tensor> params, bool master, bool stochasti
   }
 }
 
+/// The options the kernels of an optimizer step read: `hyper`, with on_device set when a CUDA graph captures the call
+/// and at_replay is given (kernels.h): then to a replay argument of the graph (cuda/graph.cu), which each replay sets
+/// to at_replay()'s options, refusing the replay when they would select other kernels than the captured ones.
+template <class Hyper>
+Hyper replayed_options(const Hyper& hyper, const std::function<Hyper()>& at_replay, Device device,
+                       const char* kernel) {
+  Hyper h = hyper;
+  namespace detail = ::mixtape::cuda::detail;
+  const detail::Capture& capture = detail::thread_capture();
+  if (!at_replay || capture.stream == nullptr || capture.device != device.index) return h;
+  h.on_device = static_cast<const Hyper*>(detail::replay_argument(sizeof(Hyper), [=](void* out) {
+    Hyper now = at_replay();
+    MT_CHECK(same_kernels(hyper, now), "cuda::Graph::replay: the captured ", kernel, " on ", device,
+             " was given options now that need other kernels (a momentum that was or was not 0, amsgrad, the "
+             "weight decay's kind or stochastic rounding changed since the capture; capture the step again)");
+    now.on_device = nullptr;
+    std::memcpy(out, &now, sizeof now);
+  }));
+  return h;
+}
+
 }  // namespace
 
 void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_buffers,
                std::span<const Tensor> masters, std::span<const OptimStep> steps, const SgdHyper& hyper,
-               const Tensor& found_inf) {
+               const Tensor& found_inf, const std::function<SgdHyper()>& at_replay) {
   if (params.empty()) return;
   DeviceGuard guard(params[0].device());
+  const SgdHyper* live = replayed_options(hyper, at_replay, params[0].device(), "sgd_step_").on_device;
   const bool momentum = hyper.momentum != 0, master = !masters.empty();
   const float* skip = found_inf.defined() ? static_cast<const float*>(found_inf.data_ptr()) : nullptr;
   auto operands = [&](size_t i) -> std::array<const Tensor*, kSlots> {
@@ -254,7 +292,7 @@ void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, st
               l.extra[r] = {step_ref(steps[k]), steps[k].first_momentum};
             },
             [&](const OptimChunks& l, int blocks) {
-              kernel<<<blocks, kBlockThreads, 0, launch_stream()>>>(l, c, hyper.seed, skip);
+              kernel<<<blocks, kBlockThreads, 0, launch_stream()>>>(l, c, hyper.seed, live, skip);
               MT_CUDA_CHECK_LAUNCH("sgd_chunks_kernel (", dtype_v<T>, ", ", l.n, " parameters on ",
                                    params[0].device(), ")");
             });
@@ -265,7 +303,7 @@ void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, st
         auto* kernel = momentum ? sgd_kernel<T, S, kStore, true> : sgd_kernel<T, S, kStore, false>;
         kernel<<<grid_blocks(L.numel), kBlockThreads, 0, launch_stream()>>>(
             ptr<T>(ts[kParam]), ptr<const T>(ts[kGrad]), ptr<S>(ts[kState0]), ptr<float>(ts[kMaster]), L, c,
-            hyper.seed, step_ref(steps[i]), skip);
+            hyper.seed, live, step_ref(steps[i]), skip);
         MT_CUDA_CHECK_LAUNCH("sgd_kernel (", params[i].dtype(), ", shape ", params[i].shape(), " on ",
                              params[i].device(), ")");
       });
@@ -273,10 +311,11 @@ void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, st
 
 void adam_step_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> exp_avgs,
                 std::span<const Tensor> exp_avg_sqs, std::span<const Tensor> max_exp_avg_sqs,
-                std::span<const Tensor> masters, std::span<const OptimStep> steps, const AdamHyper& hyper,
-                const Tensor& found_inf) {
+                std::span<const Tensor> masters, std::span<const OptimStep> steps, const AdamHyper& given,
+                const Tensor& found_inf, const std::function<AdamHyper()>& at_replay) {
   if (params.empty()) return;
   DeviceGuard guard(params[0].device());
+  const AdamHyper hyper = replayed_options(given, at_replay, params[0].device(), "adam_step_");
   const bool master = !masters.empty();
   const float* skip = found_inf.defined() ? static_cast<const float*>(found_inf.data_ptr()) : nullptr;
   auto operands = [&](size_t i) -> std::array<const Tensor*, kSlots> {

@@ -2,7 +2,10 @@
 // (internal: included by .cu files only).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -75,14 +78,34 @@ void count_cluster_launch() noexcept;
 /// The CUDA graph capture the calling thread is running (cuda/graph.h), if any: its stream and device, and where a
 /// random draw finds its offset at a replay (the default generator's seed and offset at the capture start, and the
 /// device slot each replay sets to the generator's offset then: cuda/dropout.cu).
+struct ReplayArguments;
 struct Capture {
   cudaStream_t stream = nullptr;
   int device = -1;
   uint64_t philox_seed = 0;
   uint64_t philox_origin = 0;
   const uint64_t* philox_base = nullptr;  // (1), device memory
+  ReplayArguments* arguments = nullptr;   // the graph's (replay_argument)
 };
 Capture& thread_capture() noexcept;
+
+/// Kernel arguments that a graph's replays read anew: a few bytes of the graph's device memory each, which every
+/// replay fills before its kernels run with what their `current` functions write then (on the host, in replay();
+/// one that throws refuses the replay before anything is launched). cuda/graph.cu.
+inline constexpr size_t kReplayArgumentBytes = 2048;  // all of a graph's together: one kernel parameter writes them
+struct ReplayArgument {
+  size_t offset = 0, bytes = 0;  // in the arena
+  std::function<void(void* host)> current;
+};
+struct ReplayArguments {
+  unsigned char* arena = nullptr;  // device memory, kReplayArgumentBytes
+  size_t used = 0;
+  std::vector<ReplayArgument> list;
+};
+/// During a capture on the calling thread (thread_capture().stream set): a replay argument of `bytes` that each
+/// replay of the graph sets to what `current` writes; returns its device address (16-byte aligned) for the
+/// captured kernels to read. cuda/optim.cu: an optimizer's options, which a schedule changes between replays.
+void* replay_argument(size_t bytes, std::function<void(void* host)> current);
 /// Throws mixtape::Error when the calling thread is capturing a CUDA graph: `what` (a host wait, a copy to or from
 /// the host, a random draw) would happen once, at the capture, instead of at every replay.
 void refuse_in_capture(const char* what);

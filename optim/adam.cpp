@@ -45,20 +45,39 @@ void AdamBase::check_options(const GroupOptions& o, const std::string& where) co
   MT_CHECK(maximize == 0 || maximize == 1, name(), ": ", where, ": maximize is ", maximize, ", expected 0 or 1");
 }
 
+namespace {
+
+/// A group's options as adam_step_ takes them.
+kernels::AdamHyper adam_hyper(const GroupOptions& o, bool decoupled, MasterWeights master, uint64_t rounding_seed) {
+  return {.lr = o.get("lr"),
+          .beta1 = o.get("beta1"),
+          .beta2 = o.get("beta2"),
+          .eps = o.get("eps"),
+          .weight_decay = o.get("weight_decay"),
+          .decoupled_weight_decay = decoupled,
+          .amsgrad = o.get("amsgrad") != 0,
+          .maximize = o.get("maximize") != 0,
+          .stochastic_rounding = master == MasterWeights::kStochasticRounding,
+          .seed = rounding_seed};
+}
+
+}  // namespace
+
 void AdamBase::update(const Tensor& found_inf) {
   const std::vector<std::vector<Bucket>> groups = gradient_buckets();
   for (size_t g = 0; g < groups.size(); ++g) {
-    const GroupOptions& o = param_groups()[g].options;
-    const kernels::AdamHyper hyper{.lr = o.get("lr"),
-                                   .beta1 = o.get("beta1"),
-                                   .beta2 = o.get("beta2"),
-                                   .eps = o.get("eps"),
-                                   .weight_decay = o.get("weight_decay"),
-                                   .decoupled_weight_decay = m_decoupled,
-                                   .amsgrad = o.get("amsgrad") != 0,
-                                   .maximize = o.get("maximize") != 0,
-                                   .stochastic_rounding = master_weights() == MasterWeights::kStochasticRounding,
-                                   .seed = rounding_seed()};
+    auto options = [this, g] {
+      return adam_hyper(param_groups()[g].options, m_decoupled, master_weights(), rounding_seed());
+    };
+    const kernels::AdamHyper hyper = options();
+    // A CUDA graph's replays read the group's options anew; amsgrad chose the captured kernels and buffers.
+    const auto at_replay = replay_options<kernels::AdamHyper>([this, g, options, captured = hyper.amsgrad] {
+      const kernels::AdamHyper now = options();
+      MT_CHECK(now.amsgrad == captured, name(), ": param group ", g, ": amsgrad ", captured ? "on" : "off",
+               " when the step was captured into a CUDA graph, ", now.amsgrad ? "on" : "off",
+               " at its replay; it chose the captured kernels and buffers (capture the step again)");
+      return now;
+    });
     for (const Bucket& b : groups[g]) {
       const bool master = has_master(b.params.front());
       const Tensor skip = found_inf_on(found_inf, b.params.front().device());
@@ -75,7 +94,8 @@ void AdamBase::update(const Tensor& found_inf) {
         if (master) masters.push_back(state()[i].buffer("master"));
       }
       kernels::optim_count_steps_(counts, skip);
-      kernels::adam_step_(b.params, b.grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper, skip);
+      kernels::adam_step_(b.params, b.grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper, skip,
+                          at_replay);
     }
   }
 }

@@ -17,11 +17,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <mixtape/core/error.h>
 #include <mixtape/core/state_dict.h>
 #include <mixtape/core/tensor.h>
 
@@ -147,6 +149,18 @@ class Optimizer {
 
   /// found_inf on `device` (a device-to-device copy when it lives elsewhere); undefined stays undefined.
   static Tensor found_inf_on(const Tensor& found_inf, Device device);
+
+  /// A step kernel's at_replay (ops/backend/kernels.h): what a CUDA graph that captured the step calls before each
+  /// replay, `options()` then (the learning rate a schedule set since the capture); a replay after this optimizer
+  /// was destroyed is refused instead (its kernels would update freed state).
+  template <class Hyper>
+  std::function<Hyper()> replay_options(std::function<Hyper()> options) const {
+    return [alive = lifetime(), name = m_name, options = std::move(options)] {
+      MT_CHECK(!alive.expired(), "cuda::Graph::replay: the ", name,
+               " optimizer whose step the graph captured was destroyed (its replays would update freed state)");
+      return options();
+    };
+  }
 
   /// As above, with the way f16/bf16 parameters are updated (the constructor above uses kF32). An f16 parameter
   /// under kStochasticRounding is an error (the rounding is into bf16). The stochastic rounding's seed is drawn

@@ -42,18 +42,36 @@ void SGD::check_options(const GroupOptions& o, const std::string& where) const {
            dampening, ")");
 }
 
+namespace {
+
+/// A group's options as sgd_step_ takes them.
+kernels::SgdHyper sgd_hyper(const GroupOptions& o, MasterWeights master, uint64_t rounding_seed) {
+  return {.lr = o.get("lr"),
+          .momentum = o.get("momentum"),
+          .dampening = o.get("dampening"),
+          .weight_decay = o.get("weight_decay"),
+          .nesterov = o.get("nesterov") != 0,
+          .maximize = o.get("maximize") != 0,
+          .stochastic_rounding = master == MasterWeights::kStochasticRounding,
+          .seed = rounding_seed};
+}
+
+}  // namespace
+
 void SGD::update(const Tensor& found_inf) {
   const std::vector<std::vector<Bucket>> groups = gradient_buckets();
   for (size_t g = 0; g < groups.size(); ++g) {
-    const GroupOptions& o = param_groups()[g].options;
-    const kernels::SgdHyper hyper{.lr = o.get("lr"),
-                                  .momentum = o.get("momentum"),
-                                  .dampening = o.get("dampening"),
-                                  .weight_decay = o.get("weight_decay"),
-                                  .nesterov = o.get("nesterov") != 0,
-                                  .maximize = o.get("maximize") != 0,
-                                  .stochastic_rounding = master_weights() == MasterWeights::kStochasticRounding,
-                                  .seed = rounding_seed()};
+    auto options = [this, g] { return sgd_hyper(param_groups()[g].options, master_weights(), rounding_seed()); };
+    const kernels::SgdHyper hyper = options();
+    // A CUDA graph's replays read the group's options anew; a momentum of 0 captured no buffer.
+    const auto at_replay = replay_options<kernels::SgdHyper>([this, g, options, captured = hyper.momentum] {
+      const kernels::SgdHyper now = options();
+      MT_CHECK((now.momentum != 0) == (captured != 0), name(), ": param group ", g, ": momentum ", captured,
+               " when the step was captured into a CUDA graph, ", now.momentum,
+               " at its replay; a step with momentum 0 has no momentum buffer and one with momentum has (capture "
+               "the step again)");
+      return now;
+    });
     for (const Bucket& b : groups[g]) {
       const bool master = has_master(b.params.front());
       const Tensor skip = found_inf_on(found_inf, b.params.front().device());
@@ -70,7 +88,7 @@ void SGD::update(const Tensor& found_inf) {
         counts.push_back(count);
       }
       kernels::optim_count_steps_(counts, skip);
-      kernels::sgd_step_(b.params, b.grads, momentum_buffers, masters, steps, hyper, skip);
+      kernels::sgd_step_(b.params, b.grads, momentum_buffers, masters, steps, hyper, skip, at_replay);
     }
   }
 }

@@ -8,8 +8,10 @@
 // draw after a new seed) is refused and leaves the thread and the allocator as they were; and a whole mixed
 // precision training step — autocast forward, scaled backward, unscale, AdamW on the device, the scale's update —
 // replayed step after step trains exactly as the eager steps do, including the steps the scaler skips, without a
-// host read or wait.
+// host read or wait; learning-rate schedules stepped between replays reach them (AdamW under OneCycleLR, SGD under
+// cosine), and a replay whose optimizer died or changed an option that chose the captured kernels is refused.
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -331,6 +333,112 @@ BOOST_AUTO_TEST_CASE(a_replayed_amp_step_trains_as_eager_steps_do, MT_GPU_TEST) 
   BOOST_TEST(eager.scaler.skipped_steps() >= 1, "batch 5 overflowed f16: a skipped step was replayed too");
   const mt::StateDict sa = eager.opt->state_dict(), sb = graphed.opt->state_dict();
   for (const auto& [key, value] : sa) expect_same_bits(sb.at(key), value, "optimizer state " + key);
+}
+
+BOOST_AUTO_TEST_CASE(a_schedule_stepped_between_replays_reaches_them, MT_GPU_TEST) {
+  // AdamW under OneCycleLR (it moves lr and beta1 every step) in the AMP step, and SGD with Nesterov momentum under
+  // a cosine schedule: replays read the options the schedules set between them, as eager steps do.
+  AmpTrainer eager(11), graphed(11);
+  const mt::optim::OneCycleLROptions cycle{.max_lr = 1e-2, .total_steps = 20};
+  mt::optim::OneCycleLR eager_cycle(*eager.opt, cycle), graphed_cycle(*graphed.opt, cycle);
+
+  mt::manual_seed(12);
+  mt::nn::Linear eager_fc(32, 8);
+  mt::nn::Linear graphed_fc(32, 8);
+  graphed_fc.load_state_dict(eager_fc.state_dict());
+  eager_fc.to(Device::cuda());
+  graphed_fc.to(Device::cuda());
+  const mt::optim::SGDOptions sgd{.lr = 0.05, .momentum = 0.9, .nesterov = true};
+  mt::optim::SGD eager_sgd(eager_fc.parameters(), sgd), graphed_sgd(graphed_fc.parameters(), sgd);
+  mt::optim::CosineAnnealingLR eager_cosine(eager_sgd, 20), graphed_cosine(graphed_sgd, 20);
+  auto sgd_step = [](mt::nn::Linear& fc, mt::optim::SGD& opt, const Tensor& x) {
+    opt.zero_grad();
+    mt::mse_loss(fc(x), mt::zeros({x.shape()[0], 8}, TensorOptions().device(Device::cuda()))).backward();
+    opt.step();
+  };
+
+  Tensor static_x, static_y, static_small;
+  cu::Graph graph;
+  for (int k = 0; k < 12; ++k) {
+    BOOST_TEST_CONTEXT("step " << k) {
+      const auto [x, y] = batch(k);
+      const Tensor small = randn_gpu({16, 32}, 2000 + static_cast<uint64_t>(k));
+      eager.step(x, y);
+      sgd_step(eager_fc, eager_sgd, small);
+      if (k < 3) {  // warm-up: eager on both sides
+        graphed.step(x, y);
+        sgd_step(graphed_fc, graphed_sgd, small);
+      } else {
+        if (!graph.captured()) {
+          static_x = x.clone();
+          static_y = y.clone();
+          static_small = small.clone();
+          graph.capture([&] {
+            graphed.step(static_x, static_y);
+            sgd_step(graphed_fc, graphed_sgd, static_small);
+          });
+        }
+        static_x.copy_(x);
+        static_y.copy_(y);
+        static_small.copy_(small);
+        graph.replay();
+      }
+      eager_cycle.step();
+      graphed_cycle.step();
+      eager_cosine.step();
+      graphed_cosine.step();
+      cu::synchronize();
+      const std::vector<Tensor> a = eager.parameters(), b = graphed.parameters();
+      for (size_t i = 0; i < a.size(); ++i) expect_same_bits(b[i].detach(), a[i].detach(), "AdamW parameter");
+      const std::vector<Tensor> c = eager_fc.parameters(), d = graphed_fc.parameters();
+      for (size_t i = 0; i < c.size(); ++i) expect_same_bits(d[i].detach(), c[i].detach(), "SGD parameter");
+    }
+  }
+  BOOST_TEST(graphed.opt->lr(0) == eager.opt->lr(0));
+  BOOST_TEST(eager.opt->lr(0) != eager.opt->param_groups()[0].options.get("initial_lr"), "the schedule moved lr");
+}
+
+BOOST_AUTO_TEST_CASE(a_replay_is_refused_when_its_optimizer_cannot_take_it, MT_GPU_TEST) {
+  mt::manual_seed(13);
+  mt::nn::Linear fc(16, 4);
+  fc.to(Device::cuda());
+  const Tensor x = randn_gpu({8, 16}, 14);
+  auto step = [&](mt::optim::Optimizer& opt) {
+    opt.zero_grad();
+    mt::sum(fc(x)).backward();
+    opt.step();
+  };
+  {  // an option that chose the captured kernels changed
+    mt::optim::SGD sgd(fc.parameters(), {.lr = 0.01, .momentum = 0.9});
+    step(sgd);
+    cu::Graph graph;
+    graph.capture([&] { step(sgd); });
+    graph.replay();
+    sgd.param_groups()[0].options.set("momentum", 0.0);
+    expect_error([&] { graph.replay(); }, {"SGD: param group 0: momentum 0.9", "capture the step again"});
+    sgd.param_groups()[0].options.set("momentum", 0.5);  // nonzero again: the captured kernels serve it
+    graph.replay();
+  }
+  {
+    mt::optim::AdamW adamw(fc.parameters(), {.lr = 0.01});
+    step(adamw);
+    cu::Graph graph;
+    graph.capture([&] { step(adamw); });
+    adamw.param_groups()[0].options.set("amsgrad", 1.0);
+    expect_error([&] { graph.replay(); }, {"AdamW: param group 0: amsgrad off", "capture the step again"});
+  }
+  {  // the optimizer died before the graph: its state is gone
+    cu::Graph graph;
+    {
+      auto adam = std::make_unique<mt::optim::Adam>(fc.parameters(), mt::optim::AdamOptions{.lr = 0.01});
+      step(*adam);
+      graph.capture([&] { step(*adam); });
+      graph.replay();
+    }
+    const Tensor before = fc.weight.detach().clone();
+    expect_error([&] { graph.replay(); }, {"cuda::Graph::replay", "Adam optimizer", "destroyed"});
+    expect_same_bits(fc.weight.detach(), before, "nothing ran");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -8,9 +8,11 @@
 // master rounded to nearest, bit for bit), f16/bf16 in their own dtype, bf16 with stochastic rounding (one of the
 // two bf16 neighbours of the reference; reproducible, keyed on the parameter's index, not its place in the list).
 // Transposed parameters give the contiguous ones' bits, a tensor large enough for threads too; the entry point's
-// invariants are checked. On CUDA, the same cases bit for bit the CPU's.
+// invariants are checked. Options read from memory (hyper.on_device, what a CUDA graph's replay passes) give the
+// bits of the same options passed. On CUDA, the same cases bit for bit the CPU's.
 #include "family_test.h"
 
+#include <cstring>
 #include <functional>
 #include <variant>
 
@@ -131,12 +133,59 @@ void run(const Config& c, const Storage& s, Lists& L, uint64_t rounding_seed = 1
     kn::AdamHyper h = std::get<kn::AdamHyper>(c.hyper);
     h.stochastic_rounding = s.stochastic;
     h.seed = rounding_seed;
-    kn::adam_step_(L.params, L.grads, L.s0, L.s1, L.s2, L.masters, L.steps, h, Tensor());
+    kn::adam_step_(L.params, L.grads, L.s0, L.s1, L.s2, L.masters, L.steps, h, Tensor(), {});
   } else {
     kn::SgdHyper h = std::get<kn::SgdHyper>(c.hyper);
     h.stochastic_rounding = s.stochastic;
     h.seed = rounding_seed;
-    kn::sgd_step_(L.params, L.grads, L.s0, L.masters, L.steps, h, Tensor());
+    kn::sgd_step_(L.params, L.grads, L.s0, L.masters, L.steps, h, Tensor(), {});
+  }
+}
+
+/// A struct's bytes in a tensor on `device` (i64 elements: 8-byte aligned), for hyper.on_device.
+template <class H>
+Tensor bytes_on(const H& h, Device device) {
+  Tensor t = mt::zeros({static_cast<int64_t>((sizeof(H) + 7) / 8)}, DType::kI64);
+  std::memcpy(t.data_ptr(), &h, sizeof(H));
+  return device.is_cpu() ? t : t.to(device);
+}
+
+/// run() with the options on the lists' device (hyper.on_device), and wrong ones in the struct passed: every option
+/// but those that choose the kernels (same_kernels) differs, the stochastic rounding's seed too.
+void run_with_options_on_device(const Config& c, const Storage& s, Lists& L, uint64_t rounding_seed = 1234) {
+  const Device device = L.params.front().device();
+  if (is_adam(c.hyper)) {
+    kn::AdamHyper h = std::get<kn::AdamHyper>(c.hyper);
+    h.stochastic_rounding = s.stochastic;
+    h.seed = rounding_seed;
+    const Tensor live = bytes_on(h, device);
+    kn::AdamHyper wrong = h;
+    wrong.lr = 7;
+    wrong.beta1 = 0.125;
+    wrong.beta2 = 0.25;
+    wrong.eps = 1;
+    wrong.weight_decay = 3;
+    wrong.maximize = !h.maximize;
+    wrong.seed = rounding_seed + 1;
+    wrong.on_device = static_cast<const kn::AdamHyper*>(live.data_ptr());
+    BOOST_REQUIRE(kn::same_kernels(wrong, h));
+    kn::adam_step_(L.params, L.grads, L.s0, L.s1, L.s2, L.masters, L.steps, wrong, Tensor(), {});
+  } else {
+    kn::SgdHyper h = std::get<kn::SgdHyper>(c.hyper);
+    h.stochastic_rounding = s.stochastic;
+    h.seed = rounding_seed;
+    const Tensor live = bytes_on(h, device);
+    kn::SgdHyper wrong = h;
+    wrong.lr = 7;
+    wrong.momentum = h.momentum != 0 ? 0.25 : 0.0;
+    wrong.dampening = 0.5;
+    wrong.weight_decay = h.weight_decay != 0 ? 0.0 : 3.0;
+    wrong.nesterov = !h.nesterov;
+    wrong.maximize = !h.maximize;
+    wrong.seed = rounding_seed + 1;
+    wrong.on_device = static_cast<const kn::SgdHyper*>(live.data_ptr());
+    BOOST_REQUIRE(kn::same_kernels(wrong, h));
+    kn::sgd_step_(L.params, L.grads, L.s0, L.masters, L.steps, wrong, Tensor(), {});
   }
 }
 
@@ -337,6 +386,28 @@ BOOST_AUTO_TEST_CASE(stochastic_rounding_is_keyed_on_seed_step_and_index, MT_CPU
   }
 }
 
+BOOST_AUTO_TEST_CASE(options_read_on_the_device_are_the_options, MT_CPU_TEST) {
+  // What a CUDA graph's replay does (kernels.h, hyper.on_device): the kernels take the options from memory, not from
+  // the struct they were passed, but for the ones that chose the kernels.
+  uint64_t seed = 150000;
+  for (const Config& c : configs()) {
+    for (const Storage& s : kStorages) {
+      Lists passed = make_lists(c, s, Layout::kTransposed, seed += 1000);
+      Lists read = passed;
+      for (auto* list : {&read.params, &read.s0, &read.s1, &read.s2, &read.masters})
+        for (Tensor& t : *list) t = mt::raw::clone(t);
+      for (int step = 1; step <= 3; ++step) {
+        next_step(passed, seed + step);
+        read.grads = passed.grads;
+        read.steps = passed.steps;
+        run(c, s, passed);
+        run_with_options_on_device(c, s, read);
+        expect_same_lists(read, passed, describe(c.name, ", ", s.name, ", step ", step, ": options read in memory"));
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(element_conversions_are_cores_bit_for_bit, MT_CPU_TEST) {
   // The CPU kernels convert f16/bf16 with their own code (ops/cpu/optim.cpp: branch-free, or F16C); it must give
   // core's bits (core/half.h). Widening: every 16-bit pattern as a gradient, read back from SGD's first momentum buffer (f32
@@ -363,7 +434,7 @@ BOOST_AUTO_TEST_CASE(element_conversions_are_cores_bit_for_bit, MT_CPU_TEST) {
         const Tensor param = mt::zeros({256, 256}, dtype), buf = mt::zeros({256, 256}), master = mt::zeros({256, 256});
         kn::sgd_step_(std::vector<Tensor>{param}, std::vector<Tensor>{g}, std::vector<Tensor>{buf},
                       std::vector<Tensor>{master}, std::vector<kn::OptimStep>{{.step = 1, .first_momentum = true}},
-                      kn::SgdHyper{.lr = 0, .momentum = 0.5}, Tensor());
+                      kn::SgdHyper{.lr = 0, .momentum = 0.5}, Tensor(), {});
         expect_same_bits(buf, g.to(DType::kF32), g.is_contiguous() ? "every pattern widened" : "transposed");
       }
 
@@ -387,7 +458,8 @@ BOOST_AUTO_TEST_CASE(element_conversions_are_cores_bit_for_bit, MT_CPU_TEST) {
           p = mt::zeros({64, rows}, dtype).t();
         }
         kn::sgd_step_(std::vector<Tensor>{p}, std::vector<Tensor>{mt::zeros({rows, 64}, dtype)}, std::vector<Tensor>{},
-                      std::vector<Tensor>{m}, std::vector<kn::OptimStep>{{.step = 1}}, kn::SgdHyper{.lr = 0}, Tensor());
+                      std::vector<Tensor>{m}, std::vector<kn::OptimStep>{{.step = 1}}, kn::SgdHyper{.lr = 0}, Tensor(),
+                      {});
         expect_same_bits(p, m.to(dtype), describe("masters around every value rounded, ", layout_name(layout)));
       }
     }
@@ -407,7 +479,7 @@ BOOST_AUTO_TEST_CASE(step_invariants_are_checked_at_the_entry_point, MT_CPU_TEST
   };
   auto sgd = [&](const std::string& what, std::vector<Tensor> ps, std::vector<Tensor> gs, std::vector<Tensor> bufs,
                  std::vector<Tensor> masters, std::vector<kn::OptimStep> st, kn::SgdHyper h) {
-    expect_invariant_error("sgd_step_", [&] { kn::sgd_step_(ps, gs, bufs, masters, st, h, Tensor()); }, what);
+    expect_invariant_error("sgd_step_", [&] { kn::sgd_step_(ps, gs, bufs, masters, st, h, Tensor(), {}); }, what);
   };
   sgd("a gradient of another dtype", p, {mt::zeros({2, 3}, DType::kF64)}, none, none, steps, plain);
   sgd("a gradient of another shape", p, {mt::zeros({3, 2})}, none, none, steps, plain);
@@ -431,7 +503,7 @@ BOOST_AUTO_TEST_CASE(step_invariants_are_checked_at_the_entry_point, MT_CPU_TEST
 
   auto adam_call = [&](const std::string& what, std::vector<Tensor> m, std::vector<Tensor> v, std::vector<Tensor> vmax,
                        kn::AdamHyper h) {
-    expect_invariant_error("adam_step_", [&] { kn::adam_step_(p, g, m, v, vmax, none, steps, h, Tensor()); }, what);
+    expect_invariant_error("adam_step_", [&] { kn::adam_step_(p, g, m, v, vmax, none, steps, h, Tensor(), {}); }, what);
   };
   adam_call("no exp_avg_sq", {mt::zeros({2, 3})}, none, none, adam);
   adam_call("an exp_avg of another shape", {mt::zeros({6})}, {mt::zeros({2, 3})}, none, adam);
@@ -459,6 +531,32 @@ BOOST_AUTO_TEST_CASE(steps_on_cuda_match_the_cpu, MT_GPU_TEST) {
           run(c, s, dev);
           expect_same_lists(dev, cpu, describe(c.name, ", ", s.name, ", ", layout_name(layout), ", step ", step,
                                                ": cuda vs cpu"));
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(options_read_on_cuda_match_the_cpu, MT_GPU_TEST) {
+  // The kernels a CUDA graph's replay runs: options read from device memory (both launch paths: contiguous
+  // parameters in multi-tensor launches, transposed ones strided).
+  uint64_t seed = 170000;
+  for (const Config& c : configs()) {
+    for (const Storage& s : kStorages) {
+      for (Layout layout : {Layout::kContiguous, Layout::kTransposed}) {
+        Lists cpu = make_lists(c, s, layout, seed += 1000);
+        Lists dev = cpu;
+        for (auto* list : {&dev.params, &dev.s0, &dev.s1, &dev.s2, &dev.masters})
+          for (Tensor& t : *list) t = same_view_on_gpu(t);
+        for (int step = 1; step <= 3; ++step) {
+          next_step(cpu, seed + step);
+          dev.grads.clear();
+          for (const Tensor& g : cpu.grads) dev.grads.push_back(same_view_on_gpu(g));
+          dev.steps = cpu.steps;
+          run(c, s, cpu);
+          run_with_options_on_device(c, s, dev);
+          expect_same_lists(dev, cpu, describe(c.name, ", ", s.name, ", ", layout_name(layout), ", step ", step,
+                                               ": options read on cuda vs passed on the cpu"));
         }
       }
     }

@@ -29,7 +29,7 @@ expect 2 "--lr" --lr -1
 expect 2 "--bogus" --bogus
 expect 1 "does not hold MNIST" --data "$work/nowhere"
 expect 1 "--cuda-graph" --cuda-graph --device cpu
-expect 1 "--cuda-graph" --cuda-graph --schedule cosine  # no GPU: needs cuda; a GPU: a constant schedule
+expect 1 "--cuda-graph" --cuda-graph --inspect "$work/inspect"  # no GPU: needs cuda; a GPU: --inspect reads the host
 if [ -n "${MIXTAPE_MNIST_DIR:-}" ]; then
   mkdir "$work/damaged"
   cp "$MIXTAPE_MNIST_DIR"/*-ubyte.gz "$work/damaged/"

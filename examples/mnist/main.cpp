@@ -11,7 +11,8 @@
 // gathered there (index_select), so a step copies nothing from the host. On the CPU the DataLoader assembles each
 // batch one ahead on a worker thread (--resident on|off chooses either on any device). With --cuda-graph, after a
 // few eager steps one training step is captured into a CUDA graph and every later step is one replay of it on the
-// next batch, copied into the graph's input tensors (mixtape::cuda::Graph).
+// next batch, copied into the graph's input tensors (mixtape::cuda::Graph); the schedule steps between replays,
+// which read the optimizer's options anew.
 #include <omp.h>
 
 #include <algorithm>
@@ -314,10 +315,9 @@ int run(const Options& opt) {
                                                                       : std::nullopt;
   const bool fp16 = opt.precision == "fp16";
   if (opt.cuda_graph) {
-    // What a replayed graph cannot do: it repeats the capture's kernels with the capture's arguments.
+    // What a replayed graph cannot do: it repeats the capture's kernels with the capture's arguments (but for the
+    // optimizer's options, which each replay reads anew: the schedule goes on between replays).
     if (!device.is_cuda()) throw UsageError("--cuda-graph: CUDA graphs need --device cuda (or auto on a GPU)");
-    if (opt.schedule != "constant")
-      throw UsageError("--cuda-graph: a graph keeps the learning rate of its capture (use --schedule constant)");
     if (!opt.inspect.empty()) throw UsageError("--cuda-graph: --inspect reads its step on the host; drop one of them");
     if (opt.resident == "off") throw UsageError("--cuda-graph: the batches must be on the device (--resident on)");
   }
@@ -544,7 +544,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--cuda-graph", opt.cuda_graph,
                "after a few eager steps, capture one training step in a CUDA graph and replay it for the others "
-               "(GPU, --schedule constant)");
+               "(GPU)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

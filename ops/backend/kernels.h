@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include <mixtape/core/device_memory.h>
@@ -356,6 +357,8 @@ struct SgdHyper {
   bool nesterov = false, maximize = false;
   bool stochastic_rounding = false;  // bf16 parameters without masters: the f32 result is rounded stochastically
   uint64_t seed = 0;                 // of the stochastic rounding
+  const SgdHyper* on_device = nullptr;  // when set: the options are read there (memory of the call's device) when
+                                        // the kernels run, but for those that choose them (see below)
 };
 
 /// torch.optim.Adam's and AdamW's options, for one adam_step_ call.
@@ -366,7 +369,19 @@ struct AdamHyper {
   bool amsgrad = false, maximize = false;
   bool stochastic_rounding = false;  // as SgdHyper's
   uint64_t seed = 0;
+  const AdamHyper* on_device = nullptr;  // as SgdHyper's
 };
+
+/// Whether options `b` run the kernels and operands options `a` chose: the same momentum (zero or not: a momentum
+/// buffer or none), amsgrad, weight decay (Adam's or AdamW's) and stochastic rounding. The others (lr, betas, ...)
+/// are arguments of the kernels, which may read them on the device (on_device).
+inline bool same_kernels(const SgdHyper& a, const SgdHyper& b) {
+  return (a.momentum != 0) == (b.momentum != 0) && a.stochastic_rounding == b.stochastic_rounding;
+}
+inline bool same_kernels(const AdamHyper& a, const AdamHyper& b) {
+  return a.amsgrad == b.amsgrad && a.decoupled_weight_decay == b.decoupled_weight_decay &&
+         a.stochastic_rounding == b.stochastic_rounding;
+}
 
 // Optimizer steps (ops/cpu/optim.cpp, cuda/optim.cu): one update of the parameters of a param group on one device,
 // torch.optim's single-tensor formulas (ops/backend/optim_math.h) in one pass that reads each element of the
@@ -382,25 +397,32 @@ struct AdamHyper {
 //       parameter's dtype.
 // found_inf: undefined, or a one-element f32 tensor on the call's device (the GradScaler's): when it is nonzero the
 // call changes nothing, decided on the device (the sync-free step of mixed precision training).
-//   sgd_step_(params, grads, momentum_buffers, masters, steps, hyper, found_inf)  momentum_buffers: one per
-//       parameter when hyper.momentum != 0, else none.
-//   adam_step_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper, found_inf)  Adam, or
-//       AdamW with hyper.decoupled_weight_decay; max_exp_avg_sqs: one per parameter when hyper.amsgrad, else none.
+// hyper.on_device: when set, the kernels take the options from that struct as it is when they run, except the ones
+// that chose the kernels and operands (same_kernels): those are hyper's, and *on_device must agree.
+// at_replay: empty, or the options as they are now (it may throw). A CUDA graph that captures the call runs it
+// before each replay and the replayed kernels read its result (on_device): a schedule's learning rate, set between
+// replays, reaches them as it would reach eager steps (PyTorch's capturable optimizers with a tensor lr). A replay
+// is refused when it throws or its options select other kernels (same_kernels). Elsewhere it is not called.
+//   sgd_step_(params, grads, momentum_buffers, masters, steps, hyper, found_inf, at_replay)  momentum_buffers: one
+//       per parameter when hyper.momentum != 0, else none.
+//   adam_step_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper, found_inf, at_replay)
+//       Adam, or AdamW with hyper.decoupled_weight_decay; max_exp_avg_sqs: one per parameter when hyper.amsgrad,
+//       else none.
 //   optim_count_steps_(counts, found_inf)  each count (a one-element i64 tensor) += 1 unless found_inf is nonzero:
 //       the parameters' update counts, advanced before the step that reads them.
 #define MT_KERNELS_OPTIM(X)                                                                                    \
   X(void, sgd_step_,                                                                                           \
     (std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_buffers,  \
      std::span<const Tensor> masters, std::span<const OptimStep> steps, const SgdHyper& hyper,                 \
-     const Tensor& found_inf),                                                                                 \
-    (params, grads, momentum_buffers, masters, steps, hyper, found_inf),                                       \
+     const Tensor& found_inf, const std::function<SgdHyper()>& at_replay),                                     \
+    (params, grads, momentum_buffers, masters, steps, hyper, found_inf, at_replay),                            \
     sgd_step_ok(params, grads, momentum_buffers, masters, steps, hyper) && found_inf_ok(found_inf))            \
   X(void, adam_step_,                                                                                          \
     (std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> exp_avgs,          \
      std::span<const Tensor> exp_avg_sqs, std::span<const Tensor> max_exp_avg_sqs,                             \
      std::span<const Tensor> masters, std::span<const OptimStep> steps, const AdamHyper& hyper,                \
-     const Tensor& found_inf),                                                                                 \
-    (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper, found_inf),                 \
+     const Tensor& found_inf, const std::function<AdamHyper()>& at_replay),                                    \
+    (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper, found_inf, at_replay),      \
     adam_step_ok(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper) &&              \
     found_inf_ok(found_inf))                                                                                   \
   X(void, optim_count_steps_, (std::span<const Tensor> counts, const Tensor& found_inf), (counts, found_inf),  \

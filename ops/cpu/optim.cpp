@@ -244,8 +244,9 @@ int64_t update_count(const OptimStep& step) { return step.count != nullptr ? *st
 
 template <class T, class S, Store kStore, bool kMomentum>
 void sgd_tensor(const std::array<const Tensor*, kSlots>& ts, const SgdHyper& hyper, const OptimStep& step) {
-  const auto c = optim_math::sgd_coeffs<opmath_t<T>>(hyper, step.first_momentum);
-  const uint64_t key = optim_math::rounding_key(hyper.seed, update_count(step), step.index);
+  const SgdHyper& h = hyper.on_device != nullptr ? *hyper.on_device : hyper;  // same_kernels as hyper
+  const auto c = optim_math::sgd_coeffs<opmath_t<T>>(h, step.first_momentum);
+  const uint64_t key = optim_math::rounding_key(h.seed, update_count(step), step.index);
   walk(ts, [&](const auto& p, const auto& s, int64_t n, int64_t first, bool contiguous) {
     if (!contiguous) return sgd_run<T, S, kStore, kMomentum, false>(p, s, n, first, c, key);
     if constexpr (kStore == Store::kMaster)
@@ -342,9 +343,10 @@ void adam_run_f32(const std::array<char*, kSlots>& p, const std::array<int64_t, 
 
 template <class T, class S, Store kStore, bool kAmsgrad>
 void adam_tensor(const std::array<const Tensor*, kSlots>& ts, const AdamHyper& hyper, const OptimStep& step) {
+  const AdamHyper& h = hyper.on_device != nullptr ? *hyper.on_device : hyper;  // same_kernels as hyper
   const int64_t count = update_count(step);
-  const auto c = optim_math::adam_coeffs<opmath_t<T>>(hyper, count);
-  const uint64_t key = optim_math::rounding_key(hyper.seed, count, step.index);
+  const auto c = optim_math::adam_coeffs<opmath_t<T>>(h, count);
+  const uint64_t key = optim_math::rounding_key(h.seed, count, step.index);
   walk(ts, [&](const auto& p, const auto& s, int64_t n, int64_t first, bool contiguous) {
     if (!contiguous) return adam_run<T, S, kStore, kAmsgrad, false>(p, s, n, first, c, key);
     if constexpr (kStore == Store::kMaster)
@@ -381,7 +383,7 @@ void dispatch_store(const Tensor& param, bool has_master, bool stochastic_roundi
 
 void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_buffers,
                std::span<const Tensor> masters, std::span<const OptimStep> steps, const SgdHyper& hyper,
-               const Tensor& found_inf) {
+               const Tensor& found_inf, const std::function<SgdHyper()>& /*at_replay: no graphs here*/) {
   if (skipped(found_inf)) return;
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].numel() == 0) continue;
@@ -400,7 +402,7 @@ void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, st
 void adam_step_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> exp_avgs,
                 std::span<const Tensor> exp_avg_sqs, std::span<const Tensor> max_exp_avg_sqs,
                 std::span<const Tensor> masters, std::span<const OptimStep> steps, const AdamHyper& hyper,
-                const Tensor& found_inf) {
+                const Tensor& found_inf, const std::function<AdamHyper()>& /*at_replay: no graphs here*/) {
   if (skipped(found_inf)) return;
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].numel() == 0) continue;
