@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <mixtape/core/atomic_file.h>
 #include <mixtape/core/error.h>
 #include <mixtape/core/raw.h>
 #include <mixtape/core/tensor.h>
@@ -93,62 +94,6 @@ void check_utf8(const std::string& who, const char* what, const std::string& s) 
     MT_ERROR(who, ": the ", what, " ", json(s).dump(-1, ' ', false, json::error_handler_t::replace),
              " is not valid UTF-8");
   }
-}
-
-/// The temporary file of one save: removed when the scope ends unless renamed over the target.
-class TempFile {
- public:
-  TempFile(std::string who, std::string path) : m_who(std::move(who)), m_path(std::move(path)) {
-    m_fd = ::open(m_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    MT_CHECK(m_fd >= 0, m_who, ": cannot create the temporary file '", m_path, "': ", errno_text(errno));
-  }
-  ~TempFile() {
-    if (m_fd >= 0) ::close(m_fd);
-    if (!m_renamed) ::unlink(m_path.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-
-  void write(const void* data, size_t n) {
-    const auto* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t k = ::write(m_fd, p, n);
-      if (k < 0 && errno == EINTR) continue;
-      MT_CHECK(k > 0, m_who, ": writing the temporary file '", m_path, "' failed: ",
-               k < 0 ? errno_text(errno) : std::string("no progress"));
-      p += k;
-      n -= static_cast<size_t>(k);
-    }
-  }
-
-  /// fsync, close, rename over `target`: from here on the file at `target` is the new one.
-  void commit(const std::string& target) {
-    MT_CHECK(::fsync(m_fd) == 0, m_who, ": fsync of the temporary file '", m_path, "' failed: ", errno_text(errno));
-    const int fd = m_fd;
-    m_fd = -1;
-    MT_CHECK(::close(fd) == 0, m_who, ": closing the temporary file '", m_path, "' failed: ", errno_text(errno));
-    MT_CHECK(::rename(m_path.c_str(), target.c_str()) == 0, m_who, ": renaming '", m_path, "' over '", target,
-             "' failed: ", errno_text(errno));
-    m_renamed = true;
-  }
-
- private:
-  std::string m_who, m_path;
-  int m_fd = -1;
-  bool m_renamed = false;
-};
-
-/// fsync of the directory holding `path`, so that the rename survives a crash.
-void sync_directory(const std::string& who, const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  MT_CHECK(fd >= 0, who, ": the file is written, but opening its directory '", dir,
-           "' to fsync the rename failed: ", errno_text(errno));
-  FdCloser closer{fd};
-  // EINVAL: a file system that cannot sync directories (some FUSE ones); there is nothing more to do there.
-  MT_CHECK(::fsync(fd) == 0 || errno == EINVAL, who, ": the file is written, but fsync of its directory '", dir,
-           "' failed: ", errno_text(errno));
 }
 
 // ---- reading ------------------------------------------------------------------------------------------
@@ -334,7 +279,7 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
   std::memcpy(length, &n, sizeof n);  // little-endian (static_assert above)
 
   // 2. The temporary file: header, then each tensor copied to the host in turn (one host copy alive at a time).
-  TempFile tmp(who, path + ".tmp." + std::to_string(::getpid()));
+  AtomicFile tmp(who, path);
   tmp.write(length, sizeof length);
   tmp.write(text.data(), text.size());
   for (const auto& [key, t] : tensors) {
@@ -343,8 +288,7 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
   }
 
   // 3. Durable, then visible: fsync, rename over `path`, fsync the directory.
-  tmp.commit(path);
-  sync_directory(who, path);
+  tmp.commit();
 }
 
 namespace {

@@ -12,8 +12,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <mutex>
 #include <optional>
@@ -25,6 +23,7 @@
 
 #include <mixtape/autograd/autograd.h>
 #include <mixtape/autograd/observer.h>
+#include <mixtape/core/atomic_file.h>
 #include <mixtape/core/device_memory.h>
 #include <mixtape/core/error.h>
 #include <mixtape/core/raw.h>
@@ -553,25 +552,7 @@ std::string InspectReport::json() const {
 }
 
 void InspectReport::write_json(const std::string& path) const {
-  const std::filesystem::path final_path(path);
-  const std::filesystem::path tmp = final_path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    MT_CHECK(f.good(), "InspectReport::write_json: cannot open ", tmp.string(), " for writing");
-    f << json() << "\n";
-    f.flush();
-    if (!f.good()) {
-      f.close();
-      std::filesystem::remove(tmp);
-      MT_ERROR("InspectReport::write_json: writing ", tmp.string(), " failed");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, final_path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    MT_ERROR("InspectReport::write_json: cannot rename ", tmp.string(), " to ", path, ": ", ec.message());
-  }
+  write_file_atomically("InspectReport::write_json: '" + path + "'", path, json() + "\n");
 }
 
 std::string InspectReport::gnuplot_script(const std::string& png) const {

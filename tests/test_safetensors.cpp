@@ -14,11 +14,13 @@
 #include <limits>
 #include <map>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
+#include <mixtape/core/atomic_file.h>
 #include <mixtape/core/half.h>
 #include <mixtape/core/state_dict.h>
 #include <mixtape/core/tensor.h>
@@ -432,6 +434,28 @@ BOOST_AUTO_TEST_CASE(a_failed_save_leaves_the_old_file_and_no_temporary_file, MT
   BOOST_TEST(fs::is_empty(dir.path / "taken"));
 
   BOOST_TEST(load_safetensors(path).metadata.at("step") == "1");
+}
+
+BOOST_AUTO_TEST_CASE(an_atomic_file_is_the_old_one_until_it_commits, MT_CPU_TEST) {
+  // core/atomic_file.h, which save_safetensors and the inspector's write_json write through.
+  TempDir dir;
+  const std::string path = dir.file("report.txt");
+  mt::write_file_atomically("test", path, "old\n");
+  try {
+    mt::AtomicFile f("test", path);
+    f.write("new, but");
+    BOOST_TEST(read_bytes(path) == "old\n");
+    throw std::runtime_error("the writer's own failure");
+  } catch (const std::runtime_error&) {
+  }
+  BOOST_TEST(read_bytes(path) == "old\n");
+  BOOST_TEST(dir.entries() == std::vector<std::string>{"report.txt"}, "the temporary file went with the writer");
+  mt::AtomicFile f("test: 'report.txt'", path);
+  f.write("new\n");
+  f.commit();
+  BOOST_TEST(read_bytes(path) == "new\n");
+  expect_error([&] { f.write("more"); }, {"test: 'report.txt'", "after commit()"});
+  BOOST_TEST(dir.entries() == std::vector<std::string>{"report.txt"});
 }
 
 BOOST_AUTO_TEST_CASE(saving_into_a_missing_or_unwritable_directory, MT_CPU_TEST) {

@@ -106,7 +106,7 @@ struct EpochRecord {
 
 class Metrics {
  public:
-  Metrics(const std::string& path, bool append) {
+  Metrics(const std::string& path, bool append) : m_path(path) {
     if (path.empty()) return;
     m_out.open(path, append ? std::ios::app : std::ios::trunc);
     if (!m_out) throw UsageError("--metrics: cannot write " + path);
@@ -127,12 +127,47 @@ class Metrics {
 
  private:
   void write(const nlohmann::json& j) {
-    if (m_out.is_open()) m_out << j.dump() << '\n' << std::flush;
+    if (!m_out.is_open()) return;
+    m_out << j.dump() << '\n' << std::flush;
+    if (!m_out) throw UsageError("--metrics: writing " + m_path + " failed (disk full?)");
   }
+  std::string m_path;
   std::ofstream m_out;
 };
 
 // ---- the plot: a gnuplot script over two data files, in a temporary directory ---------------------------------------
+
+/// A fresh directory under /tmp for gnuplot's inputs, removed with what it holds when the scope ends.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const char* flag) {
+    char name[] = "/tmp/mnist-plot-XXXXXX";
+    if (mkdtemp(name) == nullptr) throw UsageError(std::string(flag) + ": cannot create a temporary directory");
+    m_path = name;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(m_path, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  fs::path operator/(const char* name) const { return m_path / name; }
+
+ private:
+  fs::path m_path;
+};
+
+/// `text` as the whole of `path`; a file that could not be written whole is removed and named in a UsageError.
+void write_text(const fs::path& path, const std::string& text, const char* flag) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) {
+    std::error_code ec;
+    fs::remove(path, ec);
+    throw UsageError(std::string(flag) + ": cannot write " + path.string());
+  }
+}
 
 void run_gnuplot(const std::filesystem::path& script, const char* flag);
 
@@ -145,16 +180,14 @@ std::string gnuplot_quote(const std::string& s) {  // '…' with ' doubled
 }
 
 void write_plot(const std::string& png, const Metrics& metrics, const std::string& title, bool show_scale) {
-  char dir_template[] = "/tmp/mnist-plot-XXXXXX";
-  if (mkdtemp(dir_template) == nullptr) throw UsageError("--plot: cannot create a temporary directory");
-  const fs::path dir = dir_template;
-  {
-    std::ofstream steps(dir / "steps.dat"), epochs(dir / "epochs.dat");
-    for (const auto& r : metrics.steps) steps << r.step << ' ' << r.loss << ' ' << r.loss_scale << '\n';
-    for (const auto& r : metrics.epochs) epochs << r.epoch << ' ' << 100 * r.accuracy << '\n';
-  }
+  const ScratchDir dir("--plot");
+  std::ostringstream steps, epochs;
+  for (const auto& r : metrics.steps) steps << r.step << ' ' << r.loss << ' ' << r.loss_scale << '\n';
+  for (const auto& r : metrics.epochs) epochs << r.epoch << ' ' << 100 * r.accuracy << '\n';
+  write_text(dir / "steps.dat", steps.str(), "--plot");
+  write_text(dir / "epochs.dat", epochs.str(), "--plot");
   const int panels = show_scale ? 3 : 2;
-  std::ofstream script(dir / "plot.gp");
+  std::ostringstream script;
   script << "set terminal pngcairo size 900," << 300 * panels << " font ',10'\n"
          << "set output " << gnuplot_quote(png) << "\n"
          << "set multiplot layout " << panels << ",1 title " << gnuplot_quote(title) << "\n"
@@ -169,14 +202,8 @@ void write_plot(const std::string& png, const Metrics& metrics, const std::strin
            << "set logscale y 2\nplot " << gnuplot_quote((dir / "steps.dat").string())
            << " using 1:3 with steps lw 1.5 title 'GradScaler scale'\n";
   script << "unset multiplot\n";
-  script.close();
-  try {
-    run_gnuplot(dir / "plot.gp", "--plot");
-  } catch (...) {
-    fs::remove_all(dir);
-    throw;
-  }
-  fs::remove_all(dir);
+  write_text(dir / "plot.gp", script.str(), "--plot");
+  run_gnuplot(dir / "plot.gp", "--plot");
 }
 
 /// Runs gnuplot on `script`; its complaint (one line) becomes a UsageError naming `flag`.
@@ -198,21 +225,15 @@ void run_gnuplot(const std::filesystem::path& script, const char* flag) {
 void write_inspection(const std::string& prefix, const mt::amp::InspectReport& report, int64_t step) {
   const std::string table = report.table();
   std::cerr << "\nnumerics at step " << step << ":\n" << table;
-  std::ofstream(prefix + ".txt") << "step " << step << "\n" << table;
+  write_text(prefix + ".txt", "step " + std::to_string(step) + "\n" + table, "--inspect");
   report.write_json(prefix + ".json");
   if (!have_gnuplot()) {
     std::cerr << "--inspect: gnuplot is not on PATH, no " << prefix << ".png\n";
     return;
   }
-  const fs::path script = prefix + ".gp";
-  std::ofstream(script) << report.gnuplot_script(prefix + ".png");
-  try {
-    run_gnuplot(script, "--inspect");
-  } catch (...) {
-    fs::remove(script);
-    throw;
-  }
-  fs::remove(script);
+  const ScratchDir dir("--inspect");
+  write_text(dir / "histogram.gp", report.gnuplot_script(prefix + ".png"), "--inspect");
+  run_gnuplot(dir / "histogram.gp", "--inspect");
 }
 
 // ---- checkpoints ---------------------------------------------------------------------------------------------------
@@ -309,6 +330,12 @@ int run(const Options& opt) {
   const std::string device_name = device.is_cuda() ? "cuda (" + mt::cuda::device_properties(0).name + ")" : "cpu";
   if (!opt.plot.empty() && !have_gnuplot())
     throw UsageError("--plot needs gnuplot, which is not on PATH (apt-get install gnuplot-nox)");
+  // What is written after training must find its directory: said now, not after the run.
+  for (const auto& [flag, path] : {std::pair{"--save", opt.save}, {"--plot", opt.plot}, {"--inspect", opt.inspect}}) {
+    const fs::path dir = fs::path(path).parent_path();
+    if (!path.empty() && !dir.empty() && !fs::is_directory(dir))
+      throw UsageError(std::string(flag) + ": no such directory: " + dir.string());
+  }
 
   const std::optional<mt::DType> autocast = opt.precision == "fp16"   ? std::optional(mt::kF16)
                                             : opt.precision == "bf16" ? std::optional(mt::kBF16)
