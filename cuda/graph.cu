@@ -50,7 +50,8 @@ struct Graph::Impl {
   cudaGraphExec_t exec = nullptr;
   GraphPool* pool = nullptr;           // its memory, reserved while it lives
   bool replayed = false;
-  cudaStream_t last_stream = nullptr;  // the stream of the last replay
+  cudaStream_t last_stream = nullptr;  // the stream of the last replay; before the first, the caller's at the
+                                       // capture (its queued work may still use the slots' blocks and the inputs)
   cudaEvent_t last_replay = nullptr;   // recorded after it when the next replay is on another stream
   uint64_t* philox_slot = nullptr;     // (1): the default generator's offset at the replay running
   uint64_t philox_counters = 0;        // the generator's counters one replay uses
@@ -111,6 +112,7 @@ void Graph::capture(const std::function<void()>& body) {
   const cudaStream_t s = cuda_stream(impl->stream);
   impl->philox_slot = static_cast<uint64_t*>(cached_allocate(sizeof(uint64_t), device));  // before: not the pool's
   impl->arguments.arena = static_cast<unsigned char*>(cached_allocate(detail::kReplayArgumentBytes, device));
+  impl->last_stream = launch_stream(device);  // where the slots were taken: a first replay elsewhere waits for it
   Generator& generator = default_generator();
   const GeneratorState origin = generator.state();
   impl->philox_seed = origin.seed;
@@ -159,7 +161,8 @@ void Graph::replay() {
   for (const detail::ReplayArgument& a : arguments.list) a.current(values.b + a.offset);
   DeviceGuard guard(g.device);
   const cudaStream_t s = launch_stream(g.device);
-  if (g.replayed && s != g.last_stream) {  // replays share the pool and the offset slot: one after the other
+  if (s != g.last_stream) {  // replays share the pool and the slots: one after the other (the first after the
+                             // capture's stream, whose queued work may still read the slots' blocks or the inputs)
     if (!g.last_replay)
       MT_CUDA_CHECK(cudaEventCreateWithFlags(&g.last_replay, cudaEventDisableTiming), "cuda::Graph::replay on cuda:",
                     g.device, ": creating an event");

@@ -253,7 +253,11 @@ Hyper replayed_options(const Hyper& hyper, const std::function<Hyper()>& at_repl
   Hyper h = hyper;
   namespace detail = ::mixtape::cuda::detail;
   const detail::Capture& capture = detail::thread_capture();
-  if (!at_replay || capture.stream == nullptr || capture.device != device.index) return h;
+  if (capture.stream == nullptr) return h;
+  MT_CHECK(device.index == capture.device, "cuda::Graph::capture on cuda:", capture.device, ": ", kernel, " on ",
+           device, " inside the capture (a graph records the work of its own device only)");
+  // Launched on another stream, the kernels run now, not in the graph: the options passed are theirs.
+  if (!at_replay || launch_stream(device.index) != capture.stream) return h;
   h.on_device = static_cast<const Hyper*>(detail::replay_argument(sizeof(Hyper), [=](void* out) {
     Hyper now = at_replay();
     MT_CHECK(same_kernels(hyper, now), "cuda::Graph::replay: the captured ", kernel, " on ", device,

@@ -145,6 +145,7 @@ void Optimizer::add_param_group(ParamGroup group) {
   check_group(group, m_groups.size(), m_state.size());
   m_state.resize(m_state.size() + group.params.size());
   m_groups.push_back(std::move(group));
+  ++m_generation;
 }
 
 std::vector<Optimizer::StateBuffer> Optimizer::state_buffers() const { return {}; }
@@ -393,6 +394,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   for (size_t g = 0; g < m_groups.size(); ++g) m_groups[g].options = std::move(options[g]);
   m_state = std::move(state);
   m_rounding_seed = seed;
+  ++m_generation;
 }
 
 }  // namespace mixtape::optim

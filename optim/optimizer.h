@@ -151,13 +151,17 @@ class Optimizer {
   static Tensor found_inf_on(const Tensor& found_inf, Device device);
 
   /// A step kernel's at_replay (ops/backend/kernels.h): what a CUDA graph that captured the step calls before each
-  /// replay, `options()` then (the learning rate a schedule set since the capture); a replay after this optimizer
-  /// was destroyed is refused instead (its kernels would update freed state).
+  /// replay, `options()` then (the learning rate a schedule set since the capture). A replay is refused instead
+  /// when this optimizer was destroyed, or its state replaced (load_state_dict) or a group added since the capture:
+  /// the captured kernels would update freed state, or leave out the new group's parameters.
   template <class Hyper>
   std::function<Hyper()> replay_options(std::function<Hyper()> options) const {
-    return [alive = lifetime(), name = m_name, options = std::move(options)] {
+    return [alive = lifetime(), self = this, name = m_name, generation = m_generation, options = std::move(options)] {
       MT_CHECK(!alive.expired(), "cuda::Graph::replay: the ", name,
                " optimizer whose step the graph captured was destroyed (its replays would update freed state)");
+      MT_CHECK(self->m_generation == generation, "cuda::Graph::replay: the ", name, " optimizer whose step the "
+               "graph captured has loaded a state_dict or gained a param group since; the captured kernels update "
+               "its old state (capture the step again)");
       return options();
     };
   }
@@ -224,6 +228,7 @@ class Optimizer {
   std::shared_ptr<const int> m_lifetime = std::make_shared<const int>(0);
   MasterWeights m_master = MasterWeights::kF32;
   uint64_t m_rounding_seed = 0;  // of kStochasticRounding
+  uint64_t m_generation = 0;     // bumped when the state is replaced or a group added (replay_options)
 };
 
 }  // namespace mixtape::optim

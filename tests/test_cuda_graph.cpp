@@ -426,6 +426,21 @@ BOOST_AUTO_TEST_CASE(a_replay_is_refused_when_its_optimizer_cannot_take_it, MT_G
     graph.capture([&] { step(adamw); });
     adamw.param_groups()[0].options.set("amsgrad", 1.0);
     expect_error([&] { graph.replay(); }, {"AdamW: param group 0: amsgrad off", "capture the step again"});
+    adamw.param_groups()[0].options.set("amsgrad", 0.0);
+    graph.replay();
+    // New state tensors: the captured kernels would write the old ones.
+    adamw.load_state_dict(adamw.state_dict());
+    expect_error([&] { graph.replay(); }, {"cuda::Graph::replay", "AdamW optimizer", "loaded a state_dict"});
+  }
+  {  // a group added after the capture would be left out of every replay
+    mt::nn::Linear other(4, 4);
+    other.to(Device::cuda());
+    mt::optim::SGD sgd(fc.parameters(), {.lr = 0.01});
+    step(sgd);
+    cu::Graph graph;
+    graph.capture([&] { step(sgd); });
+    sgd.add_param_group({other.parameters(), {}});
+    expect_error([&] { graph.replay(); }, {"cuda::Graph::replay", "SGD optimizer", "gained a param group"});
   }
   {  // the optimizer died before the graph: its state is gone
     cu::Graph graph;

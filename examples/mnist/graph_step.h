@@ -4,8 +4,9 @@
 // The first kWarmupSteps calls run the step eagerly: the optimizer's and the scaler's state exist after them, and
 // every kernel has made its one-time queries, so a capture finds nothing left to create on the host's side. The
 // next call captures one step on copies of its batch (the graph's inputs) and replays it; every later call copies
-// its batch into those inputs and replays. A replay repeats the capture's kernels with the capture's arguments: the
-// learning rate must not change (a constant schedule), and dropout must draw from the default generator.
+// its batch into those inputs and replays. A replay repeats the capture's kernels with the capture's arguments, but
+// for the optimizer's options, which it reads anew (the schedule steps between calls); dropout must draw from the
+// default generator.
 #pragma once
 
 #include <cstdint>
