@@ -32,6 +32,7 @@ namespace mixtape::kernels::cuda {
 
 namespace {
 
+using optim_math::dispatch_store;
 using optim_math::Store;
 
 /// The operands of one parameter's update, in this order; absent ones (no master, no optional buffer) have a null
@@ -199,21 +200,6 @@ void fill_pointers(void* (&out)[kSlots], const std::array<const Tensor*, kSlots>
   for (int k = 0; k < kSlots; ++k) out[k] = ts[k] != nullptr ? ts[k]->data_ptr() : nullptr;
 }
 
-/// Calls f(TypeTag<T>, TypeTag<S>, std::integral_constant<Store, ...>) for a parameter: its dtype, its state's and
-/// where its value lives (kernels.h, MT_KERNELS_OPTIM).
-template <class F>
-void dispatch_store(const Tensor& param, bool has_master, bool stochastic_rounding, const char* kernel, F&& f) {
-  dispatch_floating(param.dtype(), kernel, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      if (has_master) return f(tag, TypeTag<float>{}, std::integral_constant<Store, Store::kMaster>{});
-      if constexpr (std::is_same_v<T, BFloat16>)
-        if (stochastic_rounding) return f(tag, TypeTag<float>{}, std::integral_constant<Store, Store::kStochastic>{});
-    }
-    return f(tag, tag, std::integral_constant<Store, Store::kNearest>{});
-  });
-}
-
 /// Runs an optimizer's update over a list of parameters: for each dtype, the parameters whose operands
 /// (operands(i), null: absent) are all contiguous in multi-tensor launches, chunks.operator()<T, S, kStore>(group);
 /// then each other non-empty parameter i on its own, strided.operator()<T, S, kStore>(i, its operands, their
@@ -227,7 +213,7 @@ void for_each_update(std::span<const Tensor> params, bool master, bool stochasti
   for (int d = 0; d < 4; ++d) {
     if (groups.chunked[d].empty()) continue;
     const Tensor& first = params[static_cast<size_t>(groups.chunked[d].front().index)];
-    dispatch_store(first, master, stochastic_rounding, kernel, [&](auto t, auto st, auto store) {
+    dispatch_store(first.dtype(), master, stochastic_rounding, kernel, [&](auto t, auto st, auto store) {
       using T = typename decltype(t)::type;
       using S = typename decltype(st)::type;
       chunks.template operator()<T, S, decltype(store)::value>(std::span<const ChunkTensor>(groups.chunked[d]));
@@ -236,7 +222,7 @@ void for_each_update(std::span<const Tensor> params, bool master, bool stochasti
   for (size_t i : groups.strided) {
     const std::array<const Tensor*, kSlots> ts = operands(i);
     const OffsetLayout<kSlots> L = layout_of(ts);
-    dispatch_store(params[i], master, stochastic_rounding, kernel, [&](auto t, auto st, auto store) {
+    dispatch_store(params[i].dtype(), master, stochastic_rounding, kernel, [&](auto t, auto st, auto store) {
       using T = typename decltype(t)::type;
       using S = typename decltype(st)::type;
       strided.template operator()<T, S, decltype(store)::value>(i, ts, L);

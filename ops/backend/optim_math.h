@@ -102,6 +102,21 @@ enum class Store {
   kStochastic,  // a bf16 parameter holds it and receives the f32 result rounded stochastically
 };
 
+/// Calls f(TypeTag<T>, TypeTag<S>, std::integral_constant<Store, ...>) for a parameter of an optimizer step's list
+/// (host code): its dtype T, its state's S and where its value lives (kernels.h, MT_KERNELS_OPTIM).
+template <class F>
+void dispatch_store(DType param, bool has_master, bool stochastic_rounding, const char* kernel, F&& f) {
+  dispatch_floating(param, kernel, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      if (has_master) return f(tag, TypeTag<float>{}, std::integral_constant<Store, Store::kMaster>{});
+      if constexpr (std::is_same_v<T, BFloat16>)
+        if (stochastic_rounding) return f(tag, TypeTag<float>{}, std::integral_constant<Store, Store::kStochastic>{});
+    }
+    return f(tag, tag, std::integral_constant<Store, Store::kNearest>{});
+  });
+}
+
 /// The element conversions of the CUDA kernels: core's convert (the hardware's on the device). The CPU loop passes
 /// its own branch-free ones (ops/cpu/optim.cpp), which give the same bits and vectorise.
 struct CoreConvert {

@@ -34,6 +34,7 @@ namespace mixtape::kernels::cpu {
 
 namespace {
 
+using optim_math::dispatch_store;
 using optim_math::Store;
 
 /// The operands of one parameter's update, in this order; absent ones (no master, no optional buffer) are null.
@@ -364,21 +365,6 @@ bool skipped(const Tensor& found_inf) {
   return found_inf.defined() && *static_cast<const float*>(found_inf.data_ptr()) != 0.0f;
 }
 
-/// Calls f(TypeTag<T>, TypeTag<S>, std::integral_constant<Store, ...>) for parameter i of a list: its dtype, its
-/// state's and where its value lives (kernels.h, MT_KERNELS_OPTIM).
-template <class F>
-void dispatch_store(const Tensor& param, bool has_master, bool stochastic_rounding, const char* kernel, F&& f) {
-  dispatch_floating(param.dtype(), kernel, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      if (has_master) return f(tag, TypeTag<float>{}, std::integral_constant<Store, Store::kMaster>{});
-      if constexpr (std::is_same_v<T, BFloat16>)
-        if (stochastic_rounding) return f(tag, TypeTag<float>{}, std::integral_constant<Store, Store::kStochastic>{});
-    }
-    return f(tag, tag, std::integral_constant<Store, Store::kNearest>{});
-  });
-}
-
 }  // namespace
 
 void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_buffers,
@@ -390,7 +376,7 @@ void sgd_step_(std::span<const Tensor> params, std::span<const Tensor> grads, st
     const bool momentum = hyper.momentum != 0, master = !masters.empty();
     const std::array<const Tensor*, kSlots> ts = {&params[i], &grads[i], momentum ? &momentum_buffers[i] : nullptr,
                                                   nullptr,    nullptr,   master ? &masters[i] : nullptr};
-    dispatch_store(params[i], master, hyper.stochastic_rounding, "sgd_step_", [&](auto t, auto st, auto store) {
+    dispatch_store(params[i].dtype(), master, hyper.stochastic_rounding, "sgd_step_", [&](auto t, auto st, auto store) {
       using T = typename decltype(t)::type;
       using S = typename decltype(st)::type;
       if (momentum) sgd_tensor<T, S, decltype(store)::value, true>(ts, hyper, steps[i]);
@@ -411,7 +397,8 @@ void adam_step_(std::span<const Tensor> params, std::span<const Tensor> grads, s
                                                   &exp_avgs[i],   &exp_avg_sqs[i],
                                                   hyper.amsgrad ? &max_exp_avg_sqs[i] : nullptr,
                                                   master ? &masters[i] : nullptr};
-    dispatch_store(params[i], master, hyper.stochastic_rounding, "adam_step_", [&](auto t, auto st, auto store) {
+    const bool stochastic = hyper.stochastic_rounding;
+    dispatch_store(params[i].dtype(), master, stochastic, "adam_step_", [&](auto t, auto st, auto store) {
       using T = typename decltype(t)::type;
       using S = typename decltype(st)::type;
       if (hyper.amsgrad) adam_tensor<T, S, decltype(store)::value, true>(ts, hyper, steps[i]);
