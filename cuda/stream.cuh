@@ -75,10 +75,10 @@ void count_device_to_host_copy() noexcept;
 /// Bumped by every kernel launched as thread-block clusters: debug_counters().
 void count_cluster_launch() noexcept;
 
+struct ReplayArguments;
 /// The CUDA graph capture the calling thread is running (cuda/graph.h), if any: its stream and device, and where a
 /// random draw finds its offset at a replay (the default generator's seed and offset at the capture start, and the
-/// device slot each replay sets to the generator's offset then: cuda/dropout.cu).
-struct ReplayArguments;
+/// device slot each replay sets to the generator's offset then: cuda/dropout.cu), and its replay arguments.
 struct Capture {
   cudaStream_t stream = nullptr;
   int device = -1;
