@@ -6,11 +6,13 @@
 // runtime refuses host copies and host waits with an error that says why (detail::refuse_in_capture). Dropout
 // draws from the default generator: the capture rewinds the generator to where it began (nothing ran), and each
 // replay takes the counters its draws need from the generator and writes the first one to a device slot the
-// captured kernels add to their offsets, so replays draw what eager steps would. Replay arguments work alike
-// (detail::replay_argument): the optimizers' step kernels read their options from the graph's argument arena, which
-// each replay first fills with the options as the program has set them by then (the learning rate of a schedule).
+// captured kernels add to their offsets, so replays draw what eager steps would. That slot is the first of the
+// graph's replay arguments (detail::replay_argument): a few bytes of device memory that each replay fills, in one
+// kernel launch before the graph's, with values the host computes then; the optimizers' step kernels read their
+// options from others (the learning rate a schedule set since the capture).
 #include <mixtape/cuda/graph.h>
 
+#include <cstring>
 #include <exception>
 #include <utility>
 
@@ -27,9 +29,6 @@
 namespace mixtape::cuda {
 
 namespace {
-
-/// *slot = value, by one thread: the default generator's offset for the replay that follows on the stream.
-__global__ void __launch_bounds__(1) set_offset_kernel(uint64_t* slot, uint64_t value) { *slot = value; }
 
 /// A graph's replay arguments as the host wrote them for one replay.
 struct ArgumentBytes {
@@ -53,10 +52,10 @@ struct Graph::Impl {
   cudaStream_t last_stream = nullptr;  // the stream of the last replay; before the first, the caller's at the
                                        // capture (its queued work may still use the slots' blocks and the inputs)
   cudaEvent_t last_replay = nullptr;   // recorded after it when the next replay is on another stream
-  uint64_t* philox_slot = nullptr;     // (1): the default generator's offset at the replay running
   uint64_t philox_counters = 0;        // the generator's counters one replay uses
   uint64_t philox_seed = 0;            // the default generator's seed at the capture: a kernel argument in the graph
-  detail::ReplayArguments arguments;   // set before each replay (detail::replay_argument)
+  detail::ReplayArguments arguments;   // set before each replay (detail::replay_argument); at offset 0 the
+                                       // default generator's offset for the replay (dropout), when it draws
 
   ~Impl() {
     int previous = -1;
@@ -86,7 +85,6 @@ struct Graph::Impl {
       }
       release_graph_pool(pool, back);
     }
-    if (philox_slot) cached_deallocate(philox_slot);
     if (arguments.arena) cached_deallocate(arguments.arena);
     if (last_replay) (void)cudaEventDestroy(last_replay);
     if (switched) (void)cudaSetDevice(previous);
@@ -110,8 +108,10 @@ void Graph::capture(const std::function<void()>& body) {
   const int device = impl->device;
   impl->stream = detail::owned_stream(device);  // the capture's alone (a pool stream may be another code's)
   const cudaStream_t s = cuda_stream(impl->stream);
-  impl->philox_slot = static_cast<uint64_t*>(cached_allocate(sizeof(uint64_t), device));  // before: not the pool's
+  // Before the capture, so not the pool's: replay arguments, the generator's offset first.
   impl->arguments.arena = static_cast<unsigned char*>(cached_allocate(detail::kReplayArgumentBytes, device));
+  impl->arguments.used = sizeof(uint64_t);
+  auto* const philox_slot = reinterpret_cast<uint64_t*>(impl->arguments.arena);
   impl->last_stream = launch_stream(device);  // where the slots were taken: a first replay elsewhere waits for it
   Generator& generator = default_generator();
   const GeneratorState origin = generator.state();
@@ -123,7 +123,7 @@ void Graph::capture(const std::function<void()>& body) {
     if (began != cudaSuccess) end_graph_capture(impl->pool);  // impl's destructor releases the pool
     MT_CUDA_CHECK(began, "cuda::Graph::capture: beginning a capture on cuda:", device);
 
-    detail::thread_capture() = {s, device, origin.seed, origin.offset, impl->philox_slot, &impl->arguments};
+    detail::thread_capture() = {s, device, origin.seed, origin.offset, philox_slot, &impl->arguments};
     std::exception_ptr failure;
     try {
       body();
@@ -133,6 +133,14 @@ void Graph::capture(const std::function<void()>& body) {
     detail::thread_capture() = {};
     impl->philox_counters = generator.offset() - origin.offset;
     generator.set_state(origin);  // nothing ran: the draws are the replays'
+    if (impl->philox_counters > 0) {
+      // The counters a replay draws, taken at once (another thread may draw from the generator too). Last in the
+      // list, so computed after every argument that may refuse the replay: a refused one takes none.
+      impl->arguments.list.push_back({0, sizeof(uint64_t), [g = impl.get()](void* out) {
+                                        const uint64_t first = default_generator().advance(g->philox_counters);
+                                        std::memcpy(out, &first, sizeof first);
+                                      }});
+    }
     const cudaError_t ended = cudaStreamEndCapture(s, &impl->graph);
     end_graph_capture(impl->pool);
     if (failure) {
@@ -169,14 +177,9 @@ void Graph::replay() {
     MT_CUDA_CHECK(cudaEventRecord(g.last_replay, g.last_stream), "cuda::Graph::replay on cuda:", g.device);
     MT_CUDA_CHECK(cudaStreamWaitEvent(s, g.last_replay, 0), "cuda::Graph::replay on cuda:", g.device);
   }
-  if (arguments.used > 0) {
+  if (!arguments.list.empty()) {
     set_arguments_kernel<<<1, 256, 0, s>>>(arguments.arena, values, static_cast<unsigned>(arguments.used));
     MT_CUDA_CHECK_LAUNCH("set_arguments_kernel (", arguments.list.size(), " replay arguments on cuda:", g.device, ")");
-  }
-  if (g.philox_counters > 0) {
-    // The counters this replay draws, taken at once (another thread may draw from the generator too).
-    set_offset_kernel<<<1, 1, 0, s>>>(g.philox_slot, default_generator().advance(g.philox_counters));
-    MT_CUDA_CHECK_LAUNCH("set_offset_kernel (the default generator's offset for a replay on cuda:", g.device, ")");
   }
   MT_CUDA_CHECK(cudaGraphLaunch(g.exec, s), "cuda::Graph::replay on cuda:", g.device);
   g.last_stream = s;
