@@ -69,9 +69,12 @@ class Generator {
   uint64_t seed() const { return state().seed; }
   uint64_t offset() const { return state().offset; }
   /// Reserves `n` counters and returns the first; a draw of n values uses counters [first, first + n).
-  uint64_t advance(uint64_t n) {
+  uint64_t advance(uint64_t n) { return reserve(n).offset; }
+  /// Reserves `n` counters: the seed they belong to and the first of them, read together (a manual_seed on another
+  /// thread cannot fall between the two).
+  GeneratorState reserve(uint64_t n) {
     std::lock_guard lock(m_mutex);
-    const uint64_t first = m_state.offset;
+    const GeneratorState first = m_state;
     m_state.offset += n;
     return first;
   }
@@ -83,6 +86,13 @@ class Generator {
   void set_state(GeneratorState state) {
     std::lock_guard lock(m_mutex);
     m_state = state;
+  }
+  /// Sets the state to `desired` only if it is `expected` (nothing moved it since the caller looked); whether it did.
+  bool compare_and_set(GeneratorState expected, GeneratorState desired) {
+    std::lock_guard lock(m_mutex);
+    if (m_state != expected) return false;
+    m_state = desired;
+    return true;
   }
 
  private:

@@ -7,7 +7,10 @@
 // Drawing here saves the CPU draw and the host-to-device copy of N bytes.
 // Inside a CUDA graph capture (cuda/graph.h) the offset is read at run time: the capture's offset relative to the
 // default generator's at the capture start, plus a base the graph writes before each replay (the generator's
-// offset then), so every replay draws the masks the eager steps would have drawn.
+// offset then), so every replay draws the masks the eager steps would have drawn. The draw is the default
+// generator's or refused: a replay advances that one only.
+#include <algorithm>
+
 #include <cuda_runtime.h>
 
 #include <mixtape/core/random.h>
@@ -35,20 +38,30 @@ __global__ void __launch_bounds__(kBlockThreads) dropout_mask_kernel(bool* __res
 
 }  // namespace
 
-Tensor dropout_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset, Device device) {
-  const uint64_t* offset_base = nullptr;
-  if (const ::mixtape::cuda::detail::Capture& c = ::mixtape::cuda::detail::thread_capture(); c.stream != nullptr) {
+Tensor dropout_mask(const Shape& shape, double p, Generator& generator, Device device) {
+  ::mixtape::cuda::detail::Capture& c = ::mixtape::cuda::detail::thread_capture();
+  const bool captured = c.stream != nullptr;
+  if (captured) {
     MT_CHECK(device.index == c.device, "cuda::Graph::capture on cuda:", c.device, ": dropout on ", device,
              " inside the capture (a graph records the work of its own device only)");
-    MT_CHECK(seed == c.philox_seed && offset >= c.philox_origin, "cuda::Graph::capture on cuda:", c.device,
+    MT_CHECK(&generator == &default_generator(), "cuda::Graph::capture on cuda:", c.device,
              ": dropout drawing from a generator other than the default one inside a capture (a replay can draw "
              "the default generator's next masks only)");
-    offset -= c.philox_origin;
-    offset_base = c.philox_base;
   }
   ::mixtape::cuda::DeviceGuard guard(device);  // launch on the tensor's device
   Tensor mask = empty(shape, TensorOptions(DType::kBool).device(device));
   const int64_t n = mask.numel();
+  auto [seed, offset] = generator.reserve(static_cast<uint64_t>(n));
+  const uint64_t* offset_base = nullptr;
+  if (captured) {
+    MT_CHECK(seed == c.philox_seed && offset >= c.philox_origin, "cuda::Graph::capture on cuda:", c.device,
+             ": the default generator was seeded or set back while the capture ran (seed ", c.philox_seed,
+             " offset ", c.philox_origin, " at its start, now seed ", seed, " offset ", offset, ")");
+    offset -= c.philox_origin;  // each replay adds the generator's offset at that replay
+    offset_base = c.philox_base;
+    c.philox_drawn += static_cast<uint64_t>(n);
+    c.philox_end = std::max(c.philox_end, offset + static_cast<uint64_t>(n));
+  }
   if (n == 0) return mask;
   dropout_mask_kernel<<<grid_blocks(n), kBlockThreads, 0, launch_stream()>>>(mask.data<bool>(), n, p, seed, offset,
                                                                              offset_base);

@@ -4,9 +4,10 @@
 // what would make the graph wrong; other threads, a data loader's, go on). While it runs, the calling thread's
 // detail::thread_capture() names that stream: the allocator hands out the graph's pool (allocator.cuh) and the
 // runtime refuses host copies and host waits with an error that says why (detail::refuse_in_capture). Dropout
-// draws from the default generator: the capture rewinds the generator to where it began (nothing ran), and each
-// replay takes the counters its draws need from the generator and writes the first one to a device slot the
-// captured kernels add to their offsets, so replays draw what eager steps would. That slot is the first of the
+// draws from the default generator: the capture gives back the counters its draws took (nothing ran) unless
+// something else drew meanwhile (another thread, a draw on the CPU: their counters are never handed out twice),
+// and each replay takes the counters its draws need from the generator and writes the first one to a device slot
+// the captured kernels add to their offsets, so replays draw what eager steps would. That slot is the first of the
 // graph's replay arguments (detail::replay_argument): a few bytes of device memory that each replay fills, in one
 // kernel launch before the graph's, with values the host computes then; the optimizers' step kernels read their
 // options from others (the learning rate a schedule set since the capture).
@@ -130,9 +131,14 @@ void Graph::capture(const std::function<void()>& body) {
     } catch (...) {
       failure = std::current_exception();
     }
-    detail::thread_capture() = {};
-    impl->philox_counters = generator.offset() - origin.offset;
-    generator.set_state(origin);  // nothing ran: the draws are the replays'
+    const detail::Capture captured = std::exchange(detail::thread_capture(), {});
+    impl->philox_counters = captured.philox_end;
+    // Nothing ran: the draws are the replays', and the generator goes back to where the capture began, but only if
+    // the captured draws are all it handed out meanwhile. Else (another thread's draws, a CPU draw in the body) it
+    // stays: counters someone used are not handed out again, and the replays draw fresh ones instead of the eager
+    // steps' (still never another draw's: each replay reserves its own).
+    if (captured.philox_drawn == captured.philox_end)
+      (void)generator.compare_and_set({origin.seed, origin.offset + captured.philox_end}, origin);
     if (impl->philox_counters > 0) {
       // The counters a replay draws, taken at once (another thread may draw from the generator too). Last in the
       // list, so computed after every argument that may refuse the replay: a refused one takes none.

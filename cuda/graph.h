@@ -55,8 +55,9 @@ class Graph {
   /// offset is written for it); the host does not wait. Throws mixtape::Error when nothing was captured, when this
   /// thread is capturing a graph, or when the captured work draws dropout masks and the default generator was
   /// seeded anew since the capture (its seed is an argument of the captured kernels), when a captured optimizer was
-  /// destroyed, or when one of its options that chose the captured kernels changed (the top of this file). Other
-  /// threads must not draw from the default generator while a capture runs (the capture rewinds it when it ends).
+  /// destroyed, or when one of its options that chose the captured kernels changed (the top of this file). When
+  /// something else drew from the default generator while the capture ran (another thread), the replays' masks are
+  /// fresh draws, not the ones eager steps would have drawn.
   void replay();
 
   /// Whether capture() succeeded.

@@ -78,7 +78,8 @@ void count_cluster_launch() noexcept;
 struct ReplayArguments;
 /// The CUDA graph capture the calling thread is running (cuda/graph.h), if any: its stream and device, and where a
 /// random draw finds its offset at a replay (the default generator's seed and offset at the capture start, and the
-/// device slot each replay sets to the generator's offset then: cuda/dropout.cu), and its replay arguments.
+/// device slot each replay sets to the generator's offset then: cuda/dropout.cu), what the captured draws took from
+/// the generator, and its replay arguments.
 struct Capture {
   cudaStream_t stream = nullptr;
   int device = -1;
@@ -86,6 +87,8 @@ struct Capture {
   uint64_t philox_origin = 0;
   const uint64_t* philox_base = nullptr;  // (1), device memory
   ReplayArguments* arguments = nullptr;   // the graph's (replay_argument)
+  uint64_t philox_drawn = 0;              // counters the captured draws reserved, in all
+  uint64_t philox_end = 0;                // past the last of them, from philox_origin: what one replay reserves
 };
 Capture& thread_capture() noexcept;
 

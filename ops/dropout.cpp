@@ -29,10 +29,10 @@ struct Dropout {
   struct Ctx : autograd::Ctx {
     double scale = 1.0;  // 1 / (1 - p); 0 when p = 1
   };
-  /// Counters [offset, offset + numel) of `seed` decide the mask.
-  static Tensor forward(Ctx& ctx, const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+  /// The next numel counters of `generator` decide the mask.
+  static Tensor forward(Ctx& ctx, const Tensor& x, double p, Generator* generator) {
     MT_CHECK(is_floating(x.dtype()), "dropout: expected a floating input, got ", x.dtype(), " (shape ", x.shape(), ")");
-    const Tensor mask = kernels::dropout_mask(x.shape(), p, seed, offset, x.device());  // kBool, true: kept
+    const Tensor mask = kernels::dropout_mask(x.shape(), p, *generator, x.device());  // kBool, true: kept
     ctx.scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;  // p = 1 drops everything (PyTorch gives zeros, not NaN)
     ctx.save_for_backward(mask);
     return apply_mask(x, mask, ctx.scale);
@@ -47,10 +47,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   MT_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability has to be between 0 and 1, but got ", p);
   if (!training || p == 0.0) return x;
   MT_CHECK(x.defined(), "dropout: the input is an undefined tensor");
-  Generator& gen = generator ? *generator : default_generator();
-  // Reserve one counter per element, so the next draw from `gen` gives a fresh mask.
-  const uint64_t offset = gen.advance(static_cast<uint64_t>(x.numel()));
-  return autograd::apply<Dropout>(x, p, gen.seed(), offset);
+  // The kernel reserves one counter per element, so the next draw from the generator gives a fresh mask.
+  return autograd::apply<Dropout>(x, p, generator ? generator : &default_generator());
 }
 
 }  // namespace mixtape

@@ -102,8 +102,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) { return autograd::a
 Tensor randperm(int64_t n, Device device, Generator* gen) {
   MT_CHECK(n >= 0, "randperm: n must be non-negative, got ", n);
   Generator& g = gen != nullptr ? *gen : default_generator();
-  const uint64_t offset = g.advance(static_cast<uint64_t>(n));
-  return kernels::randperm(n, g.seed(), offset, device);  // (n) i64
+  const auto [seed, offset] = g.reserve(static_cast<uint64_t>(n));
+  return kernels::randperm(n, seed, offset, device);  // (n) i64
 }
 
 }  // namespace mixtape

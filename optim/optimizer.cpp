@@ -92,8 +92,8 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, GroupOpti
   if (m_master == MasterWeights::kStochasticRounding) {
     // One draw of the default generator: manual_seed before construction reproduces the run.
     Generator& gen = default_generator();
-    const uint64_t counter = gen.advance(1);
-    m_rounding_seed = gen.seed() ^ (counter * 0x9E3779B97F4A7C15ull + 0x6F7074696D53524Eull);
+    const auto [seed, counter] = gen.reserve(1);
+    m_rounding_seed = seed ^ (counter * 0x9E3779B97F4A7C15ull + 0x6F7074696D53524Eull);
   }
   for (ParamGroup& g : groups) {
     g.options = merged_options(g.options, m_groups.size());

@@ -3,9 +3,10 @@
 // Without a GPU: a capture is a clear error. On a GPU: a replay computes what eager code computes on the same
 // inputs, bit for bit (the same kernels on the same memory); the graph's memory stays its own until it dies, and
 // so do the blocks its capture freed (another graph's output too); replayed dropout draws the masks eager calls
-// would have drawn, from the same default generator, also when replays alternate between streams; what a graph
-// cannot replay (a copy to the host, a host wait, a draw from another generator, a replay inside a capture, a
-// draw after a new seed) is refused and leaves the thread and the allocator as they were; and a whole mixed
+// would have drawn, from the same default generator, also when replays alternate between streams, and draws
+// beside a capture (another thread's) keep their counters; what a graph cannot replay (a copy to the host, a host
+// wait, a draw from another generator, even a twin of the default one, a replay inside a capture, a draw after a
+// new seed) is refused and leaves the thread and the allocator as they were; and a whole mixed
 // precision training step — autocast forward, scaled backward, unscale, AdamW on the device, the scale's update —
 // replayed step after step trains exactly as the eager steps do, including the steps the scaler skips, without a
 // host read or wait; learning-rate schedules stepped between replays reach them (AdamW under OneCycleLR, SGD under
@@ -16,6 +17,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <mixtape/cuda/stream.h>
@@ -258,6 +260,44 @@ BOOST_AUTO_TEST_CASE(replayed_dropout_draws_the_masks_eager_dropout_would, MT_GP
   BOOST_TEST((mt::default_generator().state() == after_eager), "each replay took its masks' counters");
 }
 
+BOOST_AUTO_TEST_CASE(draws_beside_a_capture_keep_their_counters, MT_GPU_TEST) {
+  // Another thread draws from the default generator between two captured dropouts: the capture does not give the
+  // generator back (those counters were used), and each replay draws counters that nobody else had, where the
+  // captured draws sat relative to each other.
+  const Tensor x = randn_gpu({16, 64}, 9);  // 1024 counters a mask
+  const mt::GeneratorState start = mt::default_generator().state();
+  cu::Graph graph;
+  Tensor a, b;
+  uint64_t beside = 0;
+  graph.capture([&] {
+    a = mt::dropout(x, 0.5, true);
+    std::thread([&] { beside = mt::default_generator().advance(100); }).join();
+    b = mt::dropout(x, 0.5, true);
+  });
+  BOOST_TEST(beside == start.offset + 1024);
+  const mt::GeneratorState captured = mt::default_generator().state();
+  BOOST_TEST((captured == mt::GeneratorState{start.seed, start.offset + 2148}), "not given back: another draw sat there");
+  for (int i = 0; i < 2; ++i) {
+    const mt::GeneratorState before = mt::default_generator().state();
+    graph.replay();
+    BOOST_TEST(mt::default_generator().offset() == before.offset + 2148, "a replay reserves the capture's span");
+    mt::Generator at;
+    at.set_state(before);
+    expect_same_bits(a, mt::dropout(x, 0.5, true, &at), mt::test::describe("replay ", i, ", first mask"));
+    at.set_state({before.seed, before.offset + 1124});
+    expect_same_bits(b, mt::dropout(x, 0.5, true, &at), mt::test::describe("replay ", i, ", second mask"));
+  }
+
+  // A CPU draw on the capturing thread runs once, at the capture: its counters stay taken too.
+  const mt::GeneratorState before_cpu = mt::default_generator().state();
+  cu::Graph with_cpu_draw;
+  with_cpu_draw.capture([&] {
+    a = mt::dropout(x, 0.5, true);
+    (void)mt::randn({5});
+  });
+  BOOST_TEST(mt::default_generator().offset() == before_cpu.offset + 1029, "the CPU draw's counters are not reused");
+}
+
 BOOST_AUTO_TEST_CASE(what_a_graph_cannot_replay_is_refused, MT_GPU_TEST) {
   const Tensor x = randn_gpu({8, 8}, 4);
   struct Refused {
@@ -274,6 +314,12 @@ BOOST_AUTO_TEST_CASE(what_a_graph_cannot_replay_is_refused, MT_GPU_TEST) {
        [&] {
          mt::Generator other(99);
          (void)mt::dropout(x, 0.5, true, &other);
+       }},
+      {"dropout from a twin of the default generator", "a generator other than the default one",
+       [&] {  // the same seed and offset: only which generator it is tells them apart
+         mt::Generator twin;
+         twin.set_state(mt::default_generator().state());
+         (void)mt::dropout(x, 0.5, true, &twin);
        }},
   };
   for (const Refused& r : refused) {

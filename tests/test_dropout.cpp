@@ -17,6 +17,17 @@ MT_OP_CASE({.op = "dropout", .label = "p 0.3, a fixed generator (the same mask e
             },
             .inputs = [] { return In{mt::randn({4, 5})}; }});
 
+/// The kernel's mask from counters [offset, offset + numel) of `seed`: drawn from a generator standing there, which
+/// the kernel moves on by one counter per element.
+Tensor mask_at(const Shape& shape, double p, uint64_t seed, uint64_t offset, Device device) {
+  mt::Generator g;
+  g.set_state({seed, offset});
+  Tensor mask = mt::kernels::dropout_mask(shape, p, g, device);
+  BOOST_TEST((g.state() == mt::GeneratorState{seed, offset + static_cast<uint64_t>(mask.numel())}),
+             "dropout_mask reserves one counter per element (" << device << ")");
+  return mask;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(dropout)
@@ -44,8 +55,8 @@ BOOST_AUTO_TEST_CASE(dropout_masks, MT_CPU_TEST) {
   BOOST_TEST(same < 60000, "a second draw gives another mask (" << same << " of 100000 agree)");
 
   // Element i depends on counter offset + i only: a mask drawn from offset 3 is the tail of one drawn from 0.
-  const Tensor m0 = mt::kernels::dropout_mask({10}, 0.5, 99, 0, mt::Device::cpu());
-  const Tensor m3 = mt::kernels::dropout_mask({7}, 0.5, 99, 3, mt::Device::cpu());
+  const Tensor m0 = mask_at({10}, 0.5, 99, 0, mt::Device::cpu());
+  const Tensor m3 = mask_at({7}, 0.5, 99, 3, mt::Device::cpu());
   BOOST_TEST(m0.dtype() == mt::kBool);
   mt::test::expect_close(m0.slice(0, 3, 10), m3, {0, 0}, "counter offsets");
 
@@ -65,7 +76,7 @@ BOOST_AUTO_TEST_CASE(dropout_mask_is_philox_element_by_element, MT_CPU_TEST) {
   for (uint64_t offset : {uint64_t{0}, uint64_t{5}, (uint64_t{1} << 32) - 7})
     for (double p : {0.0, 0.37, 0.5, 1.0}) {
       const int64_t n = 10007;
-      const Tensor m = mt::kernels::dropout_mask({n}, p, seed, offset, mt::Device::cpu());
+      const Tensor m = mask_at({n}, p, seed, offset, mt::Device::cpu());
       const std::vector<double> mv = m.to_vector<double>();
       int64_t wrong = 0;
       for (int64_t i = 0; i < n; ++i) {
@@ -115,14 +126,14 @@ BOOST_AUTO_TEST_CASE(dropout_mask_is_bit_identical_to_the_cpus, MT_GPU_TEST) {
         for (double p : ps) {
           std::ostringstream what;
           what << "dropout_mask [seed " << seed << ", offset " << offset << ", n " << n << ", p " << p << "]";
-          const Tensor got = kn::dropout_mask({n}, p, seed, offset, Device::cuda());
+          const Tensor got = mask_at({n}, p, seed, offset, Device::cuda());
           BOOST_TEST_REQUIRE(got.is_cuda(), what.str() << ": mask not on the CUDA device");
-          expect_same_bits(got, kn::dropout_mask({n}, p, seed, offset, Device::cpu()), what.str());
+          expect_same_bits(got, mask_at({n}, p, seed, offset, Device::cpu()), what.str());
         }
   // A multi-dimensional shape numbers its elements row-major, as the CPU does.
-  expect_same_bits(kn::dropout_mask({3, 5, 7}, 0.3, 9, 100, Device::cuda()),
-                   kn::dropout_mask({3, 5, 7}, 0.3, 9, 100, Device::cpu()), "dropout_mask (3, 5, 7)");
-  BOOST_TEST(kn::dropout_mask({0, 4}, 0.5, 1, 0, Device::cuda()).numel() == 0);
+  expect_same_bits(mask_at({3, 5, 7}, 0.3, 9, 100, Device::cuda()),
+                   mask_at({3, 5, 7}, 0.3, 9, 100, Device::cpu()), "dropout_mask (3, 5, 7)");
+  BOOST_TEST(mask_at({0, 4}, 0.5, 1, 0, Device::cuda()).numel() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(dropout_forward_backward, MT_GPU_TEST) {

@@ -238,6 +238,19 @@ BOOST_AUTO_TEST_CASE(seeded_generator_is_reproducible) {
   BOOST_TEST(u[2] == 0x1.fe4e46c7e037cp-3);
 }
 
+BOOST_AUTO_TEST_CASE(a_generator_reserves_counters_and_goes_back_only_when_unmoved) {
+  mt::Generator g(9);
+  BOOST_TEST((g.reserve(5) == mt::GeneratorState{9, 0}));
+  BOOST_TEST((g.reserve(2) == mt::GeneratorState{9, 5}));
+  BOOST_TEST(g.advance(1) == 7u);
+  BOOST_TEST(!g.compare_and_set({9, 7}, {9, 0}), "it moved on since the caller looked: unchanged");
+  BOOST_TEST((g.state() == mt::GeneratorState{9, 8}));
+  BOOST_TEST(g.compare_and_set({9, 8}, {9, 0}));
+  BOOST_TEST((g.state() == mt::GeneratorState{9, 0}));
+  BOOST_TEST(!g.compare_and_set({10, 0}, {9, 3}), "another seed: unchanged");
+  BOOST_TEST(g.offset() == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(distributions) {
   mt::Generator g(3);
   std::vector<double> n = values(mt::randn({200000}, mt::kF64, &g));

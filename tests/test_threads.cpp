@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -77,6 +78,28 @@ BOOST_AUTO_TEST_CASE(the_default_generator_gives_every_draw_its_own_counters, MT
   for (size_t i = 0; i < all.size(); ++i) BOOST_TEST_REQUIRE(all[i] == 3 * i);  // no overlap, no gap
   BOOST_TEST(mt::default_generator().offset() == uint64_t{3} * kThreads * kDraws);
   BOOST_TEST(mt::default_generator().seed() == 7u);
+}
+
+BOOST_AUTO_TEST_CASE(a_reservation_never_pairs_one_seed_with_anothers_counters, MT_CPU_TEST) {
+  // One thread reseeds over and over: seed s starts at offset s << 32. Each reservation of the others must read
+  // a seed and a first counter of the same epoch (reading seed() and advance() apart can tear).
+  mt::Generator g;
+  g.set_state({0, 0});
+  constexpr int kThreads = 3, kDraws = 100000;
+  std::atomic<bool> done{false};
+  std::vector<int64_t> torn(kThreads, 0);
+  on_threads(kThreads, [&](int t) {
+    if (t == 0) {
+      for (uint64_t s = 1; !done.load(std::memory_order_relaxed); ++s) g.set_state({s, s << 32});
+      return;
+    }
+    for (int i = 0; i < kDraws; ++i) {
+      const auto [seed, first] = g.reserve(1);
+      torn[t] += (first >> 32) != seed;
+    }
+    done = true;
+  });
+  for (int t = 1; t < kThreads; ++t) BOOST_TEST(torn[t] == 0, "thread " << t << ": " << torn[t] << " torn reads");
 }
 
 BOOST_AUTO_TEST_CASE(backward_on_two_threads_into_one_leaf_loses_nothing, MT_CPU_TEST) {

@@ -29,6 +29,7 @@
 #include <span>
 
 #include <mixtape/core/device_memory.h>
+#include <mixtape/core/random.h>
 #include <mixtape/core/raw.h>
 #include <mixtape/core/tensor.h>
 
@@ -270,11 +271,14 @@ struct MaxPoolResult {
     (dy, input_shape, w), is_floating(dy.dtype()))
 
 // Dropout (ops/cpu/dropout.cpp, cuda/dropout.cu).
-//   dropout_mask(shape, p, seed, offset, device)  a kBool keep-mask on `device`: element i is kept when
-//       uniform_float(philox(seed, 0, offset + i)[0]) >= p; the same (seed, offset) gives the same mask everywhere.
+//   dropout_mask(shape, p, generator, device)  a kBool keep-mask on `device`, drawn from `generator`: with
+//       (seed, first) = generator.reserve(numel), element i is kept when uniform_float(philox(seed, 0, first + i)[0])
+//       >= p; the same generator state gives the same mask on every device. The backend reserves the counters (as
+//       PyTorch's kernels take theirs from the generator), so a CUDA graph capture knows which generator a draw is
+//       from: only the default generator's can be replayed (cuda/dropout.cu).
 #define MT_KERNELS_DROPOUT(X)                                                                                  \
-  X(Tensor, dropout_mask, (const Shape& shape, double p, uint64_t seed, uint64_t offset, Device device),       \
-    (shape, p, seed, offset, device), true)
+  X(Tensor, dropout_mask, (const Shape& shape, double p, Generator& generator, Device device),                \
+    (shape, p, generator, device), true)
 
 // Indexing (ops/cpu/index.cpp, cuda/index.cu). Index values are in range: the op checks CPU indices; on CUDA
 // (where reading them would synchronise) gather gives NaN (0 for integers) and the adds skip an out-of-range index.

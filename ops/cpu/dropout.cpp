@@ -77,10 +77,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void keep_avx512(uint64_t s
 
 }  // namespace
 
-Tensor dropout_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset, Device device) {
+Tensor dropout_mask(const Shape& shape, double p, Generator& generator, Device device) {
   Tensor mask = empty(shape, DType::kBool);
   bool* m = mask.data<bool>();
   const int64_t n = mask.numel();
+  const auto [seed, offset] = generator.reserve(static_cast<uint64_t>(n));
   const uint32_t threshold = keep_threshold(p);
   const auto keep = has_avx512bw_vl() ? keep_avx512 : keep_scalar;
   constexpr int64_t kGrain = 1 << 14;
