@@ -192,7 +192,10 @@ class Allocator {
           owner->free.emplace(b->size, b);
           continue;
         }
+        // Its owner's release did not see it (it was this graph's then): its stream may be the owner's capture
+        // stream, which died with the owner. This graph's replays, on `stream`, were its last users.
         b->graph = nullptr;
+        b->stream = stream;
         if (owner->held == 0) delete owner;
       }
       cache_freed_here(pool, b);  // on its own stream: the replays are done, eager users may not be

@@ -40,10 +40,12 @@ __global__ void __launch_bounds__(kBlockThreads) dropout_mask_kernel(bool* __res
 
 Tensor dropout_mask(const Shape& shape, double p, Generator& generator, Device device) {
   ::mixtape::cuda::detail::Capture& c = ::mixtape::cuda::detail::thread_capture();
-  const bool captured = c.stream != nullptr;
-  if (captured) {
+  if (c.stream != nullptr)
     MT_CHECK(device.index == c.device, "cuda::Graph::capture on cuda:", c.device, ": dropout on ", device,
              " inside the capture (a graph records the work of its own device only)");
+  // Launched on another stream than the capture's, the kernel runs now, not in the graph: an eager draw.
+  const bool captured = c.stream != nullptr && launch_stream(device.index) == c.stream;
+  if (captured) {
     MT_CHECK(&generator == &default_generator(), "cuda::Graph::capture on cuda:", c.device,
              ": dropout drawing from a generator other than the default one inside a capture (a replay can draw "
              "the default generator's next masks only)");

@@ -73,19 +73,10 @@ struct Graph::Impl {
     }
     if (exec) (void)cudaGraphExecDestroy(exec);
     if (graph) (void)cudaGraphDestroy(graph);
-    // Never replayed, the pool's blocks were used by no kernel: they join the cache on the caller's stream, not on
-    // the capture's, which would cost the cache events on every later free (a second stream).
-    if (pool) {
-      cudaStream_t back = last_stream;
-      if (!replayed) {
-        try {
-          back = launch_stream(device);
-        } catch (...) {  // a destructor does not throw: the legacy stream then (the capture's dies with this)
-          back = cudaStreamLegacy;
-        }
-      }
-      release_graph_pool(pool, back);
-    }
+    // The pool's blocks join the cache on the last replay's stream, or never replayed, on the caller's stream at
+    // the capture (not the capture's own, which dies with this; not the current one, which may be capturing another
+    // graph now).
+    if (pool) release_graph_pool(pool, last_stream);
     if (arguments.arena) cached_deallocate(arguments.arena);
     if (last_replay) (void)cudaEventDestroy(last_replay);
     if (switched) (void)cudaSetDevice(previous);
@@ -143,7 +134,13 @@ void Graph::capture(const std::function<void()>& body) {
       // The counters a replay draws, taken at once (another thread may draw from the generator too). Last in the
       // list, so computed after every argument that may refuse the replay: a refused one takes none.
       impl->arguments.list.push_back({0, sizeof(uint64_t), [g = impl.get()](void* out) {
-                                        const uint64_t first = default_generator().advance(g->philox_counters);
+                                        // The seed and counters together (replay() checked the seed before, but a
+                                        // manual_seed on another thread may come between).
+                                        const auto [seed, first] = default_generator().reserve(g->philox_counters);
+                                        MT_CHECK(seed == g->philox_seed, "cuda::Graph::replay on cuda:", g->device,
+                                                 ": the default generator was seeded anew since the capture (seed ",
+                                                 g->philox_seed, ", now ", seed, "); the captured dropout draws "
+                                                 "with the old seed: capture again");
                                         std::memcpy(out, &first, sizeof first);
                                       }});
     }

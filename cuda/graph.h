@@ -14,7 +14,8 @@
 // does between eager steps (PyTorch needs capturable=True and a tensor lr for that); an option that chose the
 // captured kernels (a momentum of 0, amsgrad) must keep its value, and the optimizer must outlive the replays.
 // Work that the device cannot repeat on its own is refused with a mixtape::Error during the capture: a copy to or
-// from the host (item(), .cpu()), a host wait, a draw from another generator, randperm.
+// from the host (item(), .cpu()), a host wait, a draw from another generator, randperm; so is a switch to another
+// stream (a graph records the capture's stream only).
 //
 //   mt::Tensor x = ..., y = ...;              // the static inputs, on the GPU
 //   for (int i = 0; i < 3; ++i) step(x, y);   // warm up eagerly: optimizer state, scaler state, caches

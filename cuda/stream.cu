@@ -172,6 +172,10 @@ Stream current_stream(int device) {
 
 void set_current_stream(const Stream& stream) {
   (void)current_stream(stream.device());  // grows the table, checks the device
+  const detail::Capture& c = detail::thread_capture();
+  MT_CHECK(c.stream == nullptr || stream.device() != c.device || cuda_stream(stream) == c.stream,
+           "cuda::Graph::capture on cuda:", c.device, ": a switch to another stream inside the capture (the graph "
+           "records the capture's stream; work sent to another would run once, now, beside it)");
   current_streams()[static_cast<size_t>(stream.device())] = stream;
 }
 

@@ -300,6 +300,7 @@ BOOST_AUTO_TEST_CASE(draws_beside_a_capture_keep_their_counters, MT_GPU_TEST) {
 
 BOOST_AUTO_TEST_CASE(what_a_graph_cannot_replay_is_refused, MT_GPU_TEST) {
   const Tensor x = randn_gpu({8, 8}, 4);
+  const cu::Stream other_stream = cu::Stream::create();  // made before: a capture refuses switching to it
   struct Refused {
     std::string name, message;
     std::function<void()> body;
@@ -310,6 +311,7 @@ BOOST_AUTO_TEST_CASE(what_a_graph_cannot_replay_is_refused, MT_GPU_TEST) {
       {"synchronize", "host wait", [] { cu::synchronize(); }},
       {"a stream query", "cuda::Stream::query", [] { (void)cu::current_stream().query(); }},
       {"randperm", "randperm", [] { (void)mt::randperm(10, Device::cuda()); }},
+      {"a stream switch", "a switch to another stream", [&] { cu::StreamGuard on(other_stream); }},
       {"dropout from another generator", "a generator other than the default one",
        [&] {
          mt::Generator other(99);
