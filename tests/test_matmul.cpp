@@ -566,9 +566,10 @@ BOOST_AUTO_TEST_CASE(f32_is_simt_unless_tf32_is_allowed, MT_GPU_TEST) {
   const Tensor a = cuda_randn({300, 500}, mt::kF32), b = cuda_randn({500, 200}, mt::kF32);
   BOOST_REQUIRE(!mt::cuda::allow_tf32());
   check_gemm(a, b, "simt f32", bound(mt::kF32), "f32, TF32 off");
-  mt::cuda::set_allow_tf32(true);
-  check_gemm(a, b, "wmma tf32", kTf32Bound, "f32, TF32 on");
-  mt::cuda::set_allow_tf32(false);
+  {
+    const mt::test::AllowTf32 on(true);
+    check_gemm(a, b, "wmma tf32", kTf32Bound, "f32, TF32 on");
+  }
   check_gemm(a, b, "simt f32", bound(mt::kF32), "f32, TF32 off again");
 }
 
