@@ -276,7 +276,8 @@ BOOST_AUTO_TEST_CASE(draws_beside_a_capture_keep_their_counters, MT_GPU_TEST) {
   });
   BOOST_TEST(beside == start.offset + 1024);
   const mt::GeneratorState captured = mt::default_generator().state();
-  BOOST_TEST((captured == mt::GeneratorState{start.seed, start.offset + 2148}), "not given back: another draw sat there");
+  BOOST_TEST((captured == mt::GeneratorState{start.seed, start.offset + 2148}),
+             "not given back: another draw sat there");
   for (int i = 0; i < 2; ++i) {
     const mt::GeneratorState before = mt::default_generator().state();
     graph.replay();

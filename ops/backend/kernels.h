@@ -147,8 +147,8 @@ struct MaxPoolResult {
 // Reductions (ops/cpu/reduce.cpp, cuda/reduce.cu).
 //   reduce(op, x, dims, keepdim, out_dtype)  reduces x over `dims` (wrapped, sorted, unique; every dim for a full
 //       reduction), keeping them as size 1 when `keepdim`. Sums and means accumulate in acc_dtype (f32 for
-//       f16/bf16), in f64 when out_dtype is f64; max/min propagate NaN; argmax/argmin give the first index of ties (kI64).
-//       max/min/argmax/argmin need a non-empty reduction.
+//       f16/bf16), in f64 when out_dtype is f64; max/min propagate NaN; argmax/argmin give the first index of ties
+//       (kI64). max/min/argmax/argmin need a non-empty reduction.
 #define MT_KERNELS_REDUCE(X)                                                                                   \
   X(Tensor, reduce, (ReduceOp op, const Tensor& x, std::span<const int64_t> dims, bool keepdim, DType out_dtype), \
     (op, x, dims, keepdim, out_dtype), reduce_dtypes_ok(op, x, out_dtype))
