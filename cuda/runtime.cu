@@ -425,8 +425,9 @@ bool dynamic_shared_memory_fits(const void* kernel, size_t smem, int device) {
     cudaFuncAttributes attr{};
     MT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel), "cuda: the attributes of a kernel on cuda:", device);
     const int most = shared_memory_per_block_optin(device) - static_cast<int>(attr.sharedSizeBytes);
-    const Limits limits{static_cast<size_t>(std::max(attr.maxDynamicSharedSizeBytes, 0)),
-                        static_cast<size_t>(std::max(most, 0))};
+    // Without an opt-in a block has 48 KiB of shared memory, static included, whatever the attribute reports.
+    const int now = std::min(attr.maxDynamicSharedSizeBytes, 49152 - static_cast<int>(attr.sharedSizeBytes));
+    const Limits limits{static_cast<size_t>(std::max(now, 0)), static_cast<size_t>(std::max(most, 0))};
     it = known.emplace(std::pair{kernel, device}, limits).first;
   }
   Limits& limits = it->second;

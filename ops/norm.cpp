@@ -51,6 +51,10 @@ struct LayerNorm {
     ctx.has_weight = weight.defined();
     ctx.has_bias = bias.defined();
     ctx.weight_shape = ctx.bias_shape = normalized_shape;
+    if (normalized_shape.numel() == 0) {  // rows of nothing (the kernels divide by the row length): an empty
+      ctx.save_for_backward(x, Tensor(), Tensor(), weight);  // result, as PyTorch's; backward: no rows
+      return empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
+    }
 
     kernels::LayerNormResult r = kernels::layer_norm(x, normalized_shape.numel(), weight, bias, eps);
     ctx.save_for_backward(x, r.mean, r.rstd, weight);

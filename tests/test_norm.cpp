@@ -298,6 +298,20 @@ BOOST_AUTO_TEST_CASE(layer_norm_reference_values, MT_CPU_TEST) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(layer_norm_over_rows_of_nothing, MT_CPU_TEST) {
+  // normalized_shape [0]: the kernels' row count would divide by zero (SIGFPE before). An empty result, as PyTorch's,
+  // and empty gradients.
+  Tensor x = mt::zeros({2, 0}).requires_grad_();
+  Tensor w = mt::ones({0}).requires_grad_(), b = mt::zeros({0}).requires_grad_();
+  const Tensor y = mt::layer_norm(x, {0}, w, b);
+  BOOST_TEST((y.shape() == mt::Shape{2, 0}));
+  mt::sum(y).backward();
+  BOOST_TEST((x.grad().shape() == mt::Shape{2, 0}));
+  BOOST_TEST((w.grad().shape() == mt::Shape{0}));
+  BOOST_TEST((b.grad().shape() == mt::Shape{0}));
+  BOOST_TEST((mt::layer_norm(mt::zeros({3, 0, 4}), {0, 4}).shape() == mt::Shape{3, 0, 4}));
+}
+
 BOOST_AUTO_TEST_CASE(precision_categories, MT_CPU_TEST) {
   auto category = [](const char* op) { return std::string(mt::precision_name(mt::amp::precision_of(op))); };
   BOOST_TEST(category("layer_norm") == "fp32");
