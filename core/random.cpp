@@ -40,7 +40,9 @@ Tensor draw(const Shape& shape, TensorOptions options, Generator* gen, const cha
   const int64_t n = checked_numel(shape, op);
   MT_CHECK(n <= (int64_t{1} << 62) / 8, op, ": shape ", shape, " is too large to draw");  // the f64/i64 host copy
   Generator& g = gen ? *gen : default_generator();
-  const auto [key, first] = g.reserve(static_cast<uint64_t>(n));
+  // Plain variables, not a structured binding: clang 16 crashes on one used inside an OpenMP region.
+  const GeneratorState at = g.reserve(static_cast<uint64_t>(n));
+  const uint64_t key = at.seed, first = at.offset;
   Tensor host = empty(shape, TensorOptions(dtype_v<Host>));
   Host* out = host.data<Host>();
 #pragma omp parallel for schedule(static) if (n > 65536)

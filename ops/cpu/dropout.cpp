@@ -81,7 +81,9 @@ Tensor dropout_mask(const Shape& shape, double p, Generator& generator, Device d
   Tensor mask = empty(shape, DType::kBool);
   bool* m = mask.data<bool>();
   const int64_t n = mask.numel();
-  const auto [seed, offset] = generator.reserve(static_cast<uint64_t>(n));
+  // Plain variables, not a structured binding: clang 16 crashes on one used inside an OpenMP region.
+  const GeneratorState at = generator.reserve(static_cast<uint64_t>(n));
+  const uint64_t seed = at.seed, offset = at.offset;
   const uint32_t threshold = keep_threshold(p);
   const auto keep = has_avx512bw_vl() ? keep_avx512 : keep_scalar;
   constexpr int64_t kGrain = 1 << 14;
