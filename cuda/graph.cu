@@ -134,15 +134,20 @@ void Graph::capture(const std::function<void()>& body) {
       // The counters a replay draws, taken at once (another thread may draw from the generator too). Last in the
       // list, so computed after every argument that may refuse the replay: a refused one takes none.
       impl->arguments.list.push_back({0, sizeof(uint64_t), [g = impl.get()](void* out) {
-                                        // The seed and counters together (replay() checked the seed before, but a
-                                        // manual_seed on another thread may come between).
-                                        const auto [seed, first] = default_generator().reserve(g->philox_counters);
-                                        MT_CHECK(seed == g->philox_seed, "cuda::Graph::replay on cuda:", g->device,
-                                                 ": the default generator was seeded anew since the capture (seed ",
-                                                 g->philox_seed, ", now ", seed, "); the captured dropout draws "
-                                                 "with the old seed: capture again");
-                                        std::memcpy(out, &first, sizeof first);
-                                      }});
+        // The seed checked and the counters taken in one step (a manual_seed on another thread may come between a
+        // check and a reservation); a refused replay takes none.
+        Generator& generator = default_generator();
+        for (;;) {
+          const GeneratorState at = generator.state();
+          MT_CHECK(at.seed == g->philox_seed, "cuda::Graph::replay on cuda:", g->device, ": the default generator was "
+                   "seeded anew since the capture (seed ", g->philox_seed, ", now ", at.seed, "); the captured "
+                   "dropout draws with the old seed: capture again");
+          if (generator.compare_and_set(at, {at.seed, at.offset + g->philox_counters})) {
+            std::memcpy(out, &at.offset, sizeof at.offset);
+            return;
+          }
+        }
+      }});
     }
     const cudaError_t ended = cudaStreamEndCapture(s, &impl->graph);
     end_graph_capture(impl->pool);
@@ -163,9 +168,6 @@ void Graph::replay() {
   Impl& g = *m_impl;
   MT_CHECK(detail::thread_capture().stream == nullptr, "cuda::Graph::replay on cuda:", g.device,
            ": this thread is capturing a graph (a replay inside a capture is not supported)");
-  MT_CHECK(g.philox_counters == 0 || default_generator().seed() == g.philox_seed, "cuda::Graph::replay on cuda:",
-           g.device, ": the default generator was seeded anew since the capture (seed ", g.philox_seed, ", now ",
-           default_generator().seed(), "); the captured dropout draws with the old seed: capture again");
   // The replay arguments first (their functions may refuse the replay): nothing is launched before they are written.
   const detail::ReplayArguments& arguments = g.arguments;
   ArgumentBytes values{};
