@@ -14,7 +14,8 @@
 //   layer_norm            fwd  x, weight, bias → y, mean, rstd (f32)   2·E·b + 2·cols·b + 8·rows
 //                         bwd  dy, x, mean, rstd, weight → dx,         3·E·b + 3·cols·b + 8·rows
 //                              dweight, dbias
-//   (ln 2-pass: layer_norm's backward with clusters off, on sm_90 at rows > 8192: the path of other devices)
+//   (ln 2-pass: f32 layer_norm's backward with clusters off, on sm_90 at rows > 8192: the path of other devices
+//   and of 16-bit rows)
 //   cross_entropy (mean)  fwd  logits, target (i64) → loss             E·b + 8·rows + b
 //                         bwd  logits, target, dloss → dlogits         2·E·b + 8·rows + b
 //
@@ -304,7 +305,7 @@ int main(int argc, char** argv) {
           measure("layer_norm", dt, C, "bwd", 3 * e * b + 3 * c * b + 8 * n, [&] {
             return mk::layer_norm_backward(dy, x, r.mean, r.rstd, weight, /*bias_defined=*/true).dx;
           });
-          if (C > 8192 && props.major >= 9) {  // what the cluster kernel gains: the two-pass path, same run
+          if (dt == DType::kF32 && C > 8192 && props.major >= 9) {  // what the cluster kernel gains, same run
             mt::cuda::set_allow_clusters(false);
             measure("ln 2-pass", dt, C, "bwd", 3 * e * b + 3 * c * b + 8 * n, [&] {
               return mk::layer_norm_backward(dy, x, r.mean, r.rstd, weight, /*bias_defined=*/true).dx;

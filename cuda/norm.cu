@@ -22,10 +22,10 @@
 // dweight/dbias are column sums over rows. For rows of up to 8192 elements the
 // backward's dx kernel sums them too, per block in shared memory, while it
 // has dy and x in registers (one read of each: 3 tensor passes in all); a
-// final kernel adds the blocks' partials of each column in block order. Rows
-// of 8193-32768 elements on sm_90 do the same one pass with a thread-block
+// final kernel adds the blocks' partials of each column in block order. f32
+// rows of 8193-32768 elements on sm_90 do the same one pass with a thread-block
 // cluster of 3-8 blocks sharing each row (its two sums meet in distributed
-// shared memory). Elsewhere longer rows take a second kernel that re-reads dy
+// shared memory). Other longer rows take a second kernel that re-reads dy
 // and x: each block sums a fixed chunk of rows for 256 columns, then the chunks
 // are added in order. No float atomics, so the result is the same on every run
 // (of one device and configuration).
@@ -512,17 +512,17 @@ __global__ void __launch_bounds__(kBlock, (kRegisterBudgetBlocks<kBlock, 2>))
 
 // ---- long rows on sm_90: one pass, a cluster of blocks a row ----------------------------------------
 
-/// The cluster kernel's shape: blocks of 512 threads holding kClusterPacks<T> packs of each input a thread (8192 B
+/// The cluster kernel's shape: blocks of 512 threads holding kClusterPacks packs of each input a thread (8192 B
 /// of dy and x a warp), so a block's slab of a row is at most 4096 elements and a cluster of up to 8 takes rows of
 /// up to 32768; two blocks an SM (64 registers, 32 KiB of columns each) so that one block's loads overlap the
-/// other's reductions and cluster barriers.
+/// other's reductions and cluster barriers. f32 rows only: on an H200 (bench/RESULTS.md, fourth run; rows of 32768)
+/// it took 0.75x the two-pass path's time for f32, but 1.33x for bf16 and 1.37x for f16, which the two-pass path
+/// reads in half the bytes while the cluster kernel's time per row hardly changes with the dtype.
 constexpr int kClusterBlock = 512;
-template <class T>
-constexpr int kClusterPacks = sizeof(T) == 4 ? 2 : 1;
-template <class T>
-constexpr int kClusterSlab = kClusterBlock * kClusterPacks<T> * kVec<T>;  // elements
-constexpr int64_t kClusterMaxM = int64_t{kMaxClusterBlocks} * 4096;
-static_assert(kClusterSlab<float> == 4096 && kClusterSlab<Half> == 4096 && kClusterSlab<BFloat16> == 4096);
+constexpr int kClusterPacks = 2;
+constexpr int kClusterSlab = kClusterBlock * kClusterPacks * kVec<float>;  // elements
+constexpr int64_t kClusterMaxM = int64_t{kMaxClusterBlocks} * kClusterSlab;
+static_assert(kClusterSlab == 4096);
 
 /// layer_norm_bwd_dx_kernel's arithmetic with the parameter columns (kColumns) for rows longer than one block's
 /// shared memory holds the columns of (M > kFusedMaxM, n = M / kVec<T> packs): a cluster of S blocks shares each
@@ -534,18 +534,18 @@ static_assert(kClusterSlab<float> == 4096 && kClusterSlab<Half> == 4096 && kClus
 /// that follows its last read. The clusters stride over the rows (gridDim.x / S of them); each block finally
 /// writes its slab of row `cluster` of part (clusters, 2, M). dy, x, dx and weight 16-byte aligned. Overwrites dx
 /// and part.
-template <class T>
 __global__ void __launch_bounds__(kClusterBlock, 2)
-    layer_norm_bwd_cluster_kernel(const T* __restrict__ dy,          // (rows, M)
-                                  const T* __restrict__ x,           // (rows, M)
+    layer_norm_bwd_cluster_kernel(const float* __restrict__ dy,      // (rows, M)
+                                  const float* __restrict__ x,       // (rows, M)
                                   const float* __restrict__ mean,    // (rows)
                                   const float* __restrict__ rstd,    // (rows)
                                   const float* __restrict__ weight,  // (M) or null
-                                  T* __restrict__ dx,                // (rows, M)
+                                  float* __restrict__ dx,            // (rows, M)
                                   float* __restrict__ part,          // (gridDim.x / S, 2, M)
                                   int64_t rows, int M) {
+  using T = float;
   using Acc = float;
-  constexpr int V = kVec<T>, kPacks = kClusterPacks<T>, kBlock = kClusterBlock;
+  constexpr int V = kVec<T>, kPacks = kClusterPacks, kBlock = kClusterBlock;
   using P = Pack<T, V>;
   const ClusterSlot slot = cluster_slot();
   const int t = static_cast<int>(threadIdx.x), n = M / V;
@@ -885,13 +885,13 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
       if (ran) return;
     }
 
-    // Longer rows, where clusters run (sm_90): one pass, a cluster of blocks sharing each row.
-    if constexpr (std::is_same_v<Acc, float>) {
+    // Longer f32 rows, where clusters run (sm_90): one pass, a cluster of blocks sharing each row.
+    if constexpr (std::is_same_v<T, float>) {
       if (want_params && M > kFusedMaxM && M <= kClusterMaxM && regs && ::mixtape::cuda::allow_clusters()) {
-        constexpr int kSlabPacks = kClusterSlab<T> / kVec<T>;
+        constexpr int kSlabPacks = kClusterSlab / kVec<T>;
         const int n = static_cast<int>(M / kVec<T>), S = (n + kSlabPacks - 1) / kSlabPacks, ns = (n + S - 1) / S;
         const size_t smem = 2 * static_cast<size_t>(kVec<T>) * static_cast<size_t>(ns) * sizeof(Acc);
-        const auto kernel = layer_norm_bwd_cluster_kernel<T>;
+        const auto kernel = layer_norm_bwd_cluster_kernel;
         const int64_t fit =
             shared_memory_fits(kernel, smem) ? resident(kernel, kClusterBlock, smem, S, device.index) : 0;
         if (fit > 0) {
