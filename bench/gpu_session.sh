@@ -14,6 +14,8 @@
 #   sanitize  compute-sanitizer memcheck and racecheck on every gpu suite (SAN_TOOLS, SAN_SUITES narrow it)
 #   bench     the GPU benchmarks that exist in the build
 #   mnist     bench/mnist_gpu.py: the MNIST models, mixtape against PyTorch eager (needs data/mnist carried)
+#   wide      bench/mnist_gpu.py on the seeds' wide MLP (4096 wide, batch 1024; WIDE_ARGS adds to it): is an fp16
+#             step >= 2x faster than fp32, its peak memory about halved (issue 17)
 #   profile   Nsight Compute (ncu) on one untimed pass of each benchmark (`--once`): the row kernels'
 #             speed of light, occupancy, launch and warp-stall sections, and the GEMM kernels' (NCU_FILTER,
 #             a regex on kernel names, narrows it); CSV in ncu_*.csv, a digest in the summary
@@ -21,13 +23,17 @@
 #
 # BUDGET_S=N bounds the whole call to N seconds: a step that would not fit in what is left is skipped with a
 # line in the summary, and the long steps (test, sanitize, bench, mnist, profile) get timeouts cut to fit, so the
-# logs always come back. A lease has 15 device minutes, start included; one call that fits them:
+# logs always come back. A lease has 15 device minutes, start included. On 2026-11-27 (an H200, caf0211) four
+# calls on one warm machine, each started within seconds of the last (the machine goes back 30 s after a call ends,
+# and a new start needs 4 minutes of the lease left), did: start ~30 s, build 60 s from scratch, test 43 s, mnist
+# 33 s for one epoch of every row, bench ~10 s; memcheck of every gpu suite ~2.5 min and racecheck ~3 min (6 jobs
+# at once; racecheck of test_training alone needs more than 280 s). Calls like those:
 #   cp ../shared/data/mnist/*.gz data/mnist/    # once, ignored; carry .deb and data/mnist
-#   BUDGET_S=540 TEST_TIMEOUT=150 SAN_TOOLS=memcheck SAN_SUITES="test_cuda_graph test_cuda_allocator" \
-#     MNIST_ARGS="--epochs 1" bash bench/gpu_session.sh build test sanitize mnist      (timeout_s 570)
-# (2026-11-27 on an H200: the first start took about 30 s, a from-scratch build about 90 s.) The machine goes back
-# 30 s after a call ends: a rerun must follow at once, and a new start needs 4 minutes of the lease left.
-# then give the machine back, fix what failed here, and spend what is left on one rerun of the failing steps.
+#   BUDGET_S=300 TEST_TIMEOUT=120 MNIST_ARGS="--seeds 0,1,2" bash bench/gpu_session.sh build test bench \
+#     mnist wide                                                                        (timeout_s 320)
+#   BUDGET_S=280 bash bench/gpu_session.sh build profile                                (timeout_s 300)
+#   BUDGET_S=280 SAN_TOOLS=memcheck bash bench/gpu_session.sh build sanitize             (timeout_s 300)
+# then give the machine back and fix here what failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -179,7 +185,17 @@ if run_step mnist 60; then
   timeout "$(cap "${MNIST_TIMEOUT:-400}")" python3 bench/mnist_gpu.py --build "$BUILD" --data "${MIXTAPE_MNIST_DIR:-data/mnist}" \
     --cuda-graph --json "$OUT/mnist_gpu.jsonl" ${MNIST_ARGS:-} >"$OUT/mnist_gpu.txt" 2>&1
   note "== mnist_gpu (rc=$?, $(( $(date +%s) - t0 )) s)"
-  tail -25 "$OUT/mnist_gpu.txt" | tee -a "$SUMMARY"
+  sed -n '/^bench\/mnist_gpu.py:/,$p' "$OUT/mnist_gpu.txt" | grep . | tee -a "$SUMMARY"  # the tables
+  grep -q '^bench/mnist_gpu.py:' "$OUT/mnist_gpu.txt" || tail -25 "$OUT/mnist_gpu.txt" | tee -a "$SUMMARY"
+fi
+if run_step wide 60; then
+  t0=$(date +%s)
+  timeout "$(cap "${MNIST_TIMEOUT:-400}")" python3 bench/mnist_gpu.py --build "$BUILD" --data "${MIXTAPE_MNIST_DIR:-data/mnist}" \
+    --models mlp --hidden 4096 --batch-size 1024 --json "$OUT/mnist_wide.jsonl" ${WIDE_ARGS:-} \
+    >"$OUT/mnist_wide.txt" 2>&1
+  note "== mnist_gpu, wide MLP (rc=$?, $(( $(date +%s) - t0 )) s)"
+  sed -n '/^bench\/mnist_gpu.py:/,$p' "$OUT/mnist_wide.txt" | grep . | tee -a "$SUMMARY"
+  grep -q '^bench/mnist_gpu.py:' "$OUT/mnist_wide.txt" || tail -25 "$OUT/mnist_wide.txt" | tee -a "$SUMMARY"
 fi
 if run_step profile 60; then
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -196,7 +212,9 @@ if run_step profile 60; then
         gemm) filter=${NCU_FILTER:-gemm}; count=60 ;;
       esac
       [ "$(left)" -lt 30 ] && { note "profile $b: not run, the budget is spent"; continue; }
-      timeout "$(cap 500)" "$NCU" --kernel-name "regex:$filter" --launch-count $count $sections --csv --page details \
+      # --clock-control none: the clocks as the benchmarks see them (the device README: leave them alone)
+      timeout "$(cap 500)" "$NCU" --clock-control none --kernel-name "regex:$filter" --launch-count $count $sections \
+        --csv --page details \
         "$exe" --once >"$OUT/ncu_$b.csv" 2>"$OUT/ncu_$b.err"
       note "profile $b: rc=$? $(grep -c '^"' "$OUT/ncu_$b.csv") rows"
       # Digest: per kernel launch, the memory and compute throughput (% of peak), achieved occupancy, registers.
