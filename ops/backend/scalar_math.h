@@ -140,7 +140,8 @@ template <class T>
 MT_HD inline T relu(T x) {
   return x < T(0) ? T(0) : x;
 }
-/// dy where x > 0, else 0 (the subgradient at 0 is 0, as in PyTorch).
+/// dy where x > 0, else 0 (the subgradient at 0 is 0, as in PyTorch). x may be relu's input or its output (the op
+/// keeps the output): both are > 0 at the same elements.
 template <class T>
 MT_HD inline T relu_backward(T dy, T x) {
   return x > T(0) ? dy : T(0);
