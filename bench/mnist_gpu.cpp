@@ -17,6 +17,8 @@
 // null there.
 // --cuda-graph (on CUDA): after three eager steps one step is captured into a CUDA graph and replayed for
 // every later step, as examples/mnist --cuda-graph does; the row's framework is "mixtape+graph".
+// --conv-column-limit-mib N: mixtape::cuda::set_conv_column_limit(N MiB), the convolutions' batches in chunks
+// (the CNN's peak memory against its step time); the row's framework says so.
 //
 // The one design idea: the two frameworks never share a process and share everything else. With --weights-out this
 // program writes the model's initial state_dict (seeded by --seed) as safetensors before training, and the
@@ -57,6 +59,7 @@ struct Options {
   int64_t max_steps = 0;  // per epoch; 0: the whole epoch
   uint64_t seed = 0;
   bool cuda_graph = false;  // replay a captured step after a few eager ones (examples/mnist --cuda-graph)
+  int64_t conv_column_limit_mib = 0;  // mixtape::cuda::set_conv_column_limit, in MiB (0: none)
 };
 
 double seconds_since(Clock::time_point start) {
@@ -70,6 +73,7 @@ void sync(mt::Device device) {
 int run(const Options& opt) {
   const mt::Device device = opt.device == "cuda" ? mt::Device::cuda() : mt::Device::cpu();
   MT_CHECK(!device.is_cuda() || mt::cuda::is_available(), "--device cuda: ", mt::cuda::unavailable_reason());
+  mt::cuda::set_conv_column_limit(opt.conv_column_limit_mib << 20);
   const mt::data::DatasetLocation location = mt::data::find_mnist(opt.data);
   const mt::data::MNIST train(location, mt::data::Split::kTrain), test(location, mt::data::Split::kTest);
 
@@ -145,7 +149,10 @@ int run(const Options& opt) {
   }
   const double steady_steps = static_cast<double>(steps - warmup);
   nlohmann::json result = {
-      {"framework", opt.cuda_graph ? "mixtape+graph" : "mixtape"},
+      {"framework", std::string(opt.cuda_graph ? "mixtape+graph" : "mixtape") +
+                        (opt.conv_column_limit_mib > 0
+                             ? ", columns <= " + std::to_string(opt.conv_column_limit_mib) + " MiB"
+                             : "")},
       {"model", opt.model == "mlp" && opt.hidden != 512 ? "mlp" + std::to_string(opt.hidden) : opt.model},
       {"precision", opt.precision},
       {"device", device.is_cuda() ? mt::cuda::device_properties(0).name : "cpu"},
@@ -186,6 +193,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-steps", opt.max_steps, "steps per epoch at most (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", opt.seed, "the initial weights' and the shuffling's seed");
   app.add_flag("--cuda-graph", opt.cuda_graph, "replay a captured training step after a few eager ones (cuda)");
+  app.add_option("--conv-column-limit-mib", opt.conv_column_limit_mib,
+                 "the most MiB of im2col columns a convolution holds at once (0: the whole batch's)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(opt);

@@ -7,6 +7,8 @@ weights, data, batch size (128), optimizer (AdamW lr 1e-3) and epochs are traine
   pytorch        torch.autocast + torch.amp.GradScaler, torch.optim.AdamW with its defaults (foreach on CUDA)
   pytorch fused  the same with AdamW(fused=True)
   mixtape+graph  with --cuda-graph, mixtape again, one captured step replayed as a CUDA graph (bench_mnist_gpu)
+  mixtape, columns <= N MiB  with --conv-column-limit-mib N, the CNN again, its convolutions' im2col columns held
+                 to N MiB (mixtape::cuda::set_conv_column_limit): batches in chunks, less peak memory
 each with the whole training set resident on the device (normalised once; a permutation per epoch drawn there,
 batches gathered with index_select there) and timed alike (bench/mnist_gpu.cpp says how): steady-state step time,
 samples/s, time per epoch, peak device memory during training beyond the dataset's, what is still held after the last
@@ -223,12 +225,13 @@ def model_label(args, model_name):
     return f"mlp{args.hidden}" if model_name == "mlp" and args.hidden != 512 else model_name
 
 
-def run_mixtape(args, seed, model_name, precision, weights, graph=False):
+def run_mixtape(args, seed, model_name, precision, weights, graph=False, column_limit_mib=0):
     exe = os.path.join(args.build, "bench", "bench_mnist_gpu")
     cmd = [exe, "--model", model_name, "--hidden", str(args.hidden), "--precision", precision, "--device", args.device,
            "--data", args.data, "--weights-out", weights, "--epochs", str(args.epochs),
            "--batch-size", str(args.batch_size), "--warmup", str(args.warmup), "--max-steps", str(args.max_steps),
-           "--seed", str(seed)] + (["--cuda-graph"] if graph else [])
+           "--seed", str(seed)] + (["--cuda-graph"] if graph else []) + \
+          (["--conv-column-limit-mib", str(column_limit_mib)] if column_limit_mib else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return dict(json.loads(out.strip().splitlines()[-1]), seed=seed)
 
@@ -255,6 +258,9 @@ def main():
     parser.add_argument("--json", help="append every row as a JSON line to this file")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="also time mixtape replaying a captured step (a mixtape+graph row)")
+    parser.add_argument("--conv-column-limit-mib", type=int, default=0,
+                        help="also train the CNN with mixtape's convolution columns held to this many MiB "
+                             "(mixtape::cuda::set_conv_column_limit; a 'mixtape, columns <= N MiB' row)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("mnist_gpu.py: --device cuda, but PyTorch sees no GPU (--device cpu checks the plumbing)")
@@ -273,6 +279,10 @@ def main():
                     if args.cuda_graph and args.device == "cuda":
                         print(" graph...", end="", file=sys.stderr, flush=True)
                         group.append(run_mixtape(args, seed, model_name, precision, weights, graph=True))
+                    if args.conv_column_limit_mib and model_name == "cnn":
+                        print(" chunked...", end="", file=sys.stderr, flush=True)
+                        group.append(run_mixtape(args, seed, model_name, precision, weights,
+                                                 column_limit_mib=args.conv_column_limit_mib))
                     for fused in (False, True):
                         if device.type == "cpu" and (fused or precision == "fp16"):
                             continue  # fused AdamW is CUDA's; 1.x CPU autocast has no fp16

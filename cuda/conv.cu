@@ -1,4 +1,5 @@
-// cuda/conv.cu — conv2d on the GPU: im2col + one GEMM for the whole batch
+// cuda/conv.cu — conv2d on the GPU: im2col + one GEMM for the whole batch, or
+// for chunks of it under mixtape::cuda::set_conv_column_limit
 // (ops/backend/conv_gemm.h, through this backend's kernels), and the column
 // transforms it is built on, im2col and col2im.
 //
@@ -16,6 +17,7 @@
 #include <mixtape/core/dtype.h>
 #include <mixtape/cuda/check.h>
 #include <mixtape/cuda/launch.cuh>
+#include <mixtape/cuda/runtime.h>
 #include <mixtape/cuda/window.cuh>
 #include <mixtape/ops/backend/conv_gemm.h>
 #include <mixtape/ops/backend/kernels.h>
@@ -144,17 +146,32 @@ Tensor col2im(const Tensor& cols_in, const Shape& input_shape, const Window2d& w
   return x;
 }
 
-// The whole batch in one GEMM: the caching allocator reuses the columns, and one launch beats many.
+namespace {
+
+/// The samples a GEMM of conv2d takes: the whole batch (the caching allocator reuses the columns, and one launch
+/// beats many), or under a conv_column_limit() as many as its bytes hold of the f32 columns (in the accumulation
+/// dtype: the input gradient's), at least one.
+int64_t chunk_samples(const Shape& input_shape, DType dtype, const Window2d& w) {
+  const int64_t n = input_shape[0], limit = ::mixtape::cuda::conv_column_limit();
+  if (limit == 0) return n;
+  const Planes p = planes_of(input_shape, w);
+  const int64_t per_sample = input_shape[1] * w.kernel[0] * w.kernel[1] * p.ho * p.wo *
+                             static_cast<int64_t>(itemsize(acc_dtype(dtype)));
+  return std::clamp<int64_t>(limit / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(n, 1));
+}
+
+}  // namespace
+
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w) {
-  return conv2d_gemm(x, weight, bias, w, x.size(0));
+  return conv2d_gemm(x, weight, bias, w, chunk_samples(x.shape(), x.dtype(), w));
 }
 
 Tensor conv2d_backward_input(const Tensor& dy, const Tensor& weight, const Shape& input_shape, const Window2d& w) {
-  return conv2d_gemm_backward_input(dy, weight, input_shape, w, dy.size(0));
+  return conv2d_gemm_backward_input(dy, weight, input_shape, w, chunk_samples(input_shape, dy.dtype(), w));
 }
 
 Conv2dWeightGrads conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Window2d& w, bool bias) {
-  return conv2d_gemm_backward_weight(dy, x, w, bias, dy.size(0));
+  return conv2d_gemm_backward_weight(dy, x, w, bias, chunk_samples(x.shape(), x.dtype(), w));
 }
 
 }  // namespace mixtape::kernels::cuda

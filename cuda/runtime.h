@@ -74,12 +74,28 @@ bool allow_tf32() noexcept;
 // ---- thread-block clusters -----------------------------------------------------------------
 
 /// Lets kernels run as thread-block clusters where the device has them (sm_90): the GEMM's small tile splitting
-/// K, layer_norm's backward for rows of 8193-32768 elements. On by default; off, they run the paths other devices
+/// K, layer_norm's backward for f32 rows of 8193-32768 elements. On by default; off, they run the paths other devices
 /// run (results differ only in the order of sums). Process-wide; never throws. Counted in
 /// debug_counters().cluster_launches.
 void set_allow_clusters(bool allow) noexcept;
 /// Whether kernels may run as thread-block clusters (set_allow_clusters). Never throws.
 bool allow_clusters() noexcept;
+
+// ---- convolution columns -----------------------------------------------------------------------
+
+/// The most bytes of im2col columns one CUDA conv2d call (forward, input or weight gradient) holds at once. The
+/// convolutions run as im2col + GEMM (cuda/conv.cu); the columns are kH·kW copies of the input, those of the input
+/// gradient in f32 whatever the dtype (its one rounding follows col2im's sums): 81 MiB for the MNIST CNN's second
+/// convolution at batch 128. A batch whose f32 columns would take more than `bytes` goes through in chunks of
+/// samples (at least one), a GEMM each; 0, the default, runs the whole batch as one. Results differ only in the
+/// order of the sums (the weight gradient's over samples, the GEMM's tiles). Process-wide; a CPU-only build keeps
+/// the setting too. Throws mixtape::Error for a negative `bytes`.
+/// @code
+///   mixtape::cuda::set_conv_column_limit(16 << 20);  // at most 16 MiB of columns a convolution
+/// @endcode
+void set_conv_column_limit(int64_t bytes);
+/// The limit set_conv_column_limit set (0: none). Never throws.
+int64_t conv_column_limit() noexcept;
 
 // ---- the caching allocator -----------------------------------------------------------------
 //

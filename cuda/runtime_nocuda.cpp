@@ -38,11 +38,12 @@ void set_device(int device) { MT_ERROR("cuda::set_device(", device, "): ", kNoCu
 
 int current_device() { MT_ERROR("cuda::current_device: ", kNoCuda, " (", kHowTo, ")"); }
 
-// ---- TF32: a flag with nothing to apply to, kept so that code setting it runs everywhere ------------
+// ---- TF32, clusters, conv columns: settings with nothing to apply to, kept so that code setting them runs everywhere
 
 namespace {
 std::atomic<bool> g_allow_tf32{false};
 std::atomic<bool> g_allow_clusters{true};
+std::atomic<int64_t> g_conv_column_limit{0};
 }  // namespace
 
 void set_allow_tf32(bool allow) noexcept { g_allow_tf32.store(allow, std::memory_order_relaxed); }
@@ -52,6 +53,13 @@ bool allow_tf32() noexcept { return g_allow_tf32.load(std::memory_order_relaxed)
 void set_allow_clusters(bool allow) noexcept { g_allow_clusters.store(allow, std::memory_order_relaxed); }
 
 bool allow_clusters() noexcept { return g_allow_clusters.load(std::memory_order_relaxed); }
+
+void set_conv_column_limit(int64_t bytes) {
+  MT_CHECK(bytes >= 0, "cuda::set_conv_column_limit: bytes must be >= 0 (0: no limit), got ", bytes);
+  g_conv_column_limit.store(bytes, std::memory_order_relaxed);
+}
+
+int64_t conv_column_limit() noexcept { return g_conv_column_limit.load(std::memory_order_relaxed); }
 
 // ---- the allocator and the debug counters: nothing was ever allocated or copied ----------------
 

@@ -541,6 +541,50 @@ BOOST_AUTO_TEST_CASE(conv2d_forward_backward, MT_GPU_TEST) {
   }
 }
 
+// Under set_conv_column_limit the batch goes through in chunks of samples: the MNIST CNN's second convolution in
+// f16 at batch 128 (81 MiB of f32 input-gradient columns whole) with chunks of 12 samples (8 MiB) and of one, against
+// the whole batch: the same results up to the order of sums, and a peak of device memory lower by most of the
+// columns.
+BOOST_AUTO_TEST_CASE(conv2d_in_chunks_under_a_column_limit_matches_the_whole_batch, MT_GPU_TEST) {
+  struct Limit {  // restores the process-wide setting whatever happens
+    int64_t before = mt::cuda::conv_column_limit();
+    ~Limit() { mt::cuda::set_conv_column_limit(before); }
+  } restore;
+  const Tensor x = randn_seeded({128, 32, 26, 26}, mt::kF16, 91), w = randn_seeded({64, 32, 3, 3}, mt::kF16, 92);
+  const Tensor b = randn_seeded({64}, mt::kF16, 93), dy = randn_seeded({128, 64, 24, 24}, mt::kF16, 94);
+  struct Run {
+    Tensor y, dx, dw, db;
+    int64_t peak = 0;
+  };
+  auto run = [&](int64_t limit) {
+    mt::cuda::set_conv_column_limit(limit);
+    mt::cuda::synchronize();
+    Leaf xl(x), wl(w), bl(b);  // fresh leaves on both devices; the gpu ones are used
+    mt::cuda::reset_peak_memory_stats();
+    const int64_t start = mt::cuda::memory_stats().allocated_bytes;
+    Run r;
+    r.y = mt::conv2d(xl.gpu, wl.gpu, bl.gpu);
+    r.y.backward(gpu(dy));
+    r.peak = mt::cuda::memory_stats().peak_allocated_bytes - start;
+    r.dx = xl.gpu.grad(), r.dw = wl.gpu.grad(), r.db = bl.gpu.grad();
+    return r;
+  };
+  const Run whole = run(0);
+  const int64_t per_sample = 32 * 9 * 24 * 24 * 4;  // f32 columns of one sample: 663 552 bytes
+  for (int64_t limit : {12 * per_sample, int64_t{1}}) {
+    const Run chunked = run(limit);
+    const std::string what = "conv2d in chunks of " + std::to_string(std::max<int64_t>(limit / per_sample, 1));
+    // Each output element is one rounding of an f32 sum whose order the chunking may change (the GEMM's tile choice
+    // follows the batch count): within an f16 ulp or two of the whole batch's, dweight's batch sum more.
+    expect_close(chunked.y, whole.y, {2e-3, 2e-3}, what + " y");
+    expect_close(chunked.dx, whole.dx, {2e-3, 2e-3}, what + " dx");
+    expect_close(chunked.dw, whole.dw, {4e-3, 1.0}, what + " dweight");
+    expect_close(chunked.db, whole.db, {4e-3, 1.0}, what + " dbias");
+    BOOST_TEST(chunked.peak < whole.peak - (60 << 20),
+               what << ": peak " << chunked.peak << " bytes against the whole batch's " << whole.peak);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(conv2d_runs_its_columns_through_the_tensor_cores, MT_GPU_TEST) {
   mt::manual_seed(35);
   const Tensor x = mt::randn({8, 1, 28, 28}).to(mt::kF16), w = mt::randn({16, 1, 5, 5}).to(mt::kF16);
