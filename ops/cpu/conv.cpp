@@ -156,7 +156,8 @@ Tensor col2im(const Tensor& cols_in, const Shape& input_shape, const Window2d& w
       std::vector<M> scratch;
 #pragma omp for schedule(static)
       for (int64_t nc = 0; nc < p.count(); ++nc) {
-        accumulate_into(xp + nc * p.in_plane(), p.in_plane(), scratch, [&](M* acc) {
+        // Captured by value: clang 16 rejects a reference to the function's locals from a lambda in an OpenMP region.
+        accumulate_into(xp + nc * p.in_plane(), p.in_plane(), scratch, [cp, nc, kk, L, w, p](M* acc) {
           for (int64_t kh = 0; kh < w.kernel[0]; ++kh)
             for (int64_t kw = 0; kw < w.kernel[1]; ++kw) {
               const T* row = cp + (nc * kk + kh * w.kernel[1] + kw) * L;

@@ -4,14 +4,20 @@
 // serves every x86-64 CPU; these are the questions they ask. Each answer is computed on first use and kept.
 #pragma once
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace mixtape::kernels::cpu {
 
 #if defined(__x86_64__)
-/// AVX with F16C: eight f16 <-> f32 conversions an instruction (Ivy Bridge, every Zen).
+/// AVX with F16C: eight f16 <-> f32 conversions an instruction (Ivy Bridge, every Zen). F16C is asked of CPUID
+/// (leaf 1, ECX bit 29): GCC's __builtin_cpu_supports knows "f16c", clang 16's does not.
 inline bool has_f16c() {
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
   }();
   return has;
 }

@@ -25,7 +25,9 @@
 // -Wuninitialized reports once inlined into a function with a target attribute (GCC bug 105593, fixed in 13).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC warning clang does not know
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #define MT_GEMM_BF16_X86 1
 #endif

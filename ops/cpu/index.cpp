@@ -167,10 +167,11 @@ Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Ten
       std::vector<M> scratch;
 #pragma omp for schedule(static)
       for (int64_t o = 0; o < a.outer; ++o) {
-        accumulate_into(op + o * a.C * a.inner, a.C * a.inner, scratch, [&](M* acc) {
+        // Captured by value: clang 16 rejects a reference to the function's locals from a lambda in an OpenMP region.
+        accumulate_into(op + o * a.C * a.inner, a.C * a.inner, scratch, [sp, o, k, a, ip = idx.data()](M* acc) {
           for (int64_t j = 0; j < k; ++j) {
             const T* s = sp + (o * k + j) * a.inner;
-            M* d = acc + idx[static_cast<size_t>(j)] * a.inner;
+            M* d = acc + ip[j] * a.inner;
             for (int64_t i = 0; i < a.inner; ++i) d[i] += static_cast<M>(s[i]);
           }
         });

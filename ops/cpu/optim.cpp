@@ -292,7 +292,9 @@ void adam_run(const std::array<char*, kSlots>& p, const std::array<int64_t, kSlo
 // once inlined (GCC bug 105593, fixed in 13).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC warning clang does not know
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 /// adam_run<float, float, Store::kNearest, false, true> (no AMSGrad) sixteen elements at a time with AVX-512,
 /// chosen at run time: the build's baseline vectorises the loop four wide, and its √ and division then take ~15% of
 /// an MLP's bf16 training step. The same IEEE operations in the same order as optim_math::adam_update (no FMA), so

@@ -30,7 +30,9 @@ namespace {
 // once inlined into a function with a target attribute (GCC bug 105593, fixed in 13).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC warning clang does not know
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 /// The windows where tap v (at positions pos) is greater than the best so far, or is the first NaN, take it.
 __attribute__((target("avx512f"))) inline void take_tap(__m512 v, __m512i pos, __m512& best, __m512i& at) {
   const __mmask16 wins = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
