@@ -305,7 +305,8 @@ def main():
             mixtape_step[key] = r["step_ms"]
         ratio = "" if r["framework"] == "mixtape" else f"{r['step_ms'] / mixtape_step[key]:.2f}x"
         print(f"| {r['model']} | {r['precision']} | {r['framework']} | {r['step_ms']:.3f} | {r['samples_per_s']:.0f} "
-              f"| {r['epoch_s']:.2f} | {fmt(r['peak_mib'], '.1f')} | {fmt(r.get('held_mib'), '.1f')} | {100 * r['accuracy']:.2f}% "
+              f"| {r['epoch_s']:.2f} | {fmt(r['peak_mib'], '.1f')} | {fmt(r.get('held_mib'), '.1f')} "
+              f"| {100 * r['accuracy']:.2f}% "
               f"| {fmt(r['skipped'], 'd')} | {ratio} |")
     if len(seeds) > 1:
         # Each row's test accuracy over the seeds, and mixtape's mean less each PyTorch row's.
