@@ -179,25 +179,29 @@ if run_step bench 30; then
     tail -${BENCH_TAIL:-70} "$OUT/$name.txt" | tee -a "$SUMMARY"
   done
 fi
-if run_step mnist 60; then
-  # examples/mnist's models, mixtape against PyTorch eager on this GPU (bench/mnist_gpu.py). The data travels in the
-  # ignored data/mnist (cp ../shared/data/mnist/*.gz data/mnist/ and carry it); MNIST_ARGS narrows the run.
+# mnist_gpu NAME TITLE ARGS...: bench/mnist_gpu.py with ARGS, its output in $OUT/NAME.txt and rows in NAME.jsonl;
+# its tables (or the output's tail, when it printed none) go to the summary.
+mnist_gpu() {
+  local name=$1 title=$2 t0 rc
+  shift 2
   t0=$(date +%s)
-  timeout "$(cap "${MNIST_TIMEOUT:-400}")" python3 bench/mnist_gpu.py --build "$BUILD" --data "${MIXTAPE_MNIST_DIR:-data/mnist}" \
-    --cuda-graph --json "$OUT/mnist_gpu.jsonl" ${MNIST_ARGS:-} >"$OUT/mnist_gpu.txt" 2>&1
-  note "== mnist_gpu (rc=$?, $(( $(date +%s) - t0 )) s)"
-  sed -n '/^bench\/mnist_gpu.py:/,$p' "$OUT/mnist_gpu.txt" | grep . | tee -a "$SUMMARY"  # the tables
-  grep -q '^bench/mnist_gpu.py:' "$OUT/mnist_gpu.txt" || tail -25 "$OUT/mnist_gpu.txt" | tee -a "$SUMMARY"
-fi
-if run_step wide 60; then
-  t0=$(date +%s)
-  timeout "$(cap "${MNIST_TIMEOUT:-400}")" python3 bench/mnist_gpu.py --build "$BUILD" --data "${MIXTAPE_MNIST_DIR:-data/mnist}" \
-    --models mlp --hidden 4096 --batch-size 1024 --json "$OUT/mnist_wide.jsonl" ${WIDE_ARGS:-} \
-    >"$OUT/mnist_wide.txt" 2>&1
-  note "== mnist_gpu, wide MLP (rc=$?, $(( $(date +%s) - t0 )) s)"
-  sed -n '/^bench\/mnist_gpu.py:/,$p' "$OUT/mnist_wide.txt" | grep . | tee -a "$SUMMARY"
-  grep -q '^bench/mnist_gpu.py:' "$OUT/mnist_wide.txt" || tail -25 "$OUT/mnist_wide.txt" | tee -a "$SUMMARY"
-fi
+  timeout "$(cap "${MNIST_TIMEOUT:-400}")" python3 bench/mnist_gpu.py --build "$BUILD" \
+    --data "${MIXTAPE_MNIST_DIR:-data/mnist}" --json "$OUT/$name.jsonl" "$@" >"$OUT/$name.txt" 2>&1
+  rc=$?
+  note "== $title (rc=$rc, $(( $(date +%s) - t0 )) s)"
+  if grep -q '^bench/mnist_gpu.py:' "$OUT/$name.txt"; then
+    sed -n '/^bench\/mnist_gpu.py:/,$p' "$OUT/$name.txt" | grep . | tee -a "$SUMMARY"
+  else
+    tail -25 "$OUT/$name.txt" | tee -a "$SUMMARY"
+  fi
+}
+# examples/mnist's models, mixtape against PyTorch eager on this GPU (bench/mnist_gpu.py). The data travels in the
+# ignored data/mnist (cp ../shared/data/mnist/*.gz data/mnist/ and carry it); MNIST_ARGS narrows the run.
+# shellcheck disable=SC2086  # the *_ARGS are lists of words
+run_step mnist 60 && mnist_gpu mnist_gpu "mnist_gpu" --cuda-graph ${MNIST_ARGS:-}
+# shellcheck disable=SC2086
+run_step wide 60 && mnist_gpu mnist_wide "mnist_gpu, wide MLP" --models mlp --hidden 4096 --batch-size 1024 \
+  ${WIDE_ARGS:-}
 if run_step profile 60; then
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -z "$NCU" ]; then

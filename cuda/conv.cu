@@ -152,12 +152,8 @@ namespace {
 /// beats many), or under a conv_column_limit() as many as its bytes hold of the f32 columns (in the accumulation
 /// dtype: the input gradient's), at least one.
 int64_t chunk_samples(const Shape& input_shape, DType dtype, const Window2d& w) {
-  const int64_t n = input_shape[0], limit = ::mixtape::cuda::conv_column_limit();
-  if (limit == 0) return n;
-  const Planes p = planes_of(input_shape, w);
-  const int64_t per_sample = input_shape[1] * w.kernel[0] * w.kernel[1] * p.ho * p.wo *
-                             static_cast<int64_t>(itemsize(acc_dtype(dtype)));
-  return std::clamp<int64_t>(limit / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(n, 1));
+  const int64_t limit = ::mixtape::cuda::conv_column_limit();
+  return limit == 0 ? input_shape[0] : conv_chunk_samples(input_shape, dtype, w, limit);
 }
 
 }  // namespace

@@ -546,10 +546,6 @@ BOOST_AUTO_TEST_CASE(conv2d_forward_backward, MT_GPU_TEST) {
 // the whole batch: the same results up to the order of sums, and a peak of device memory lower by most of the
 // columns.
 BOOST_AUTO_TEST_CASE(conv2d_in_chunks_under_a_column_limit_matches_the_whole_batch, MT_GPU_TEST) {
-  struct Limit {  // restores the process-wide setting whatever happens
-    int64_t before = mt::cuda::conv_column_limit();
-    ~Limit() { mt::cuda::set_conv_column_limit(before); }
-  } restore;
   const Tensor x = randn_seeded({128, 32, 26, 26}, mt::kF16, 91), w = randn_seeded({64, 32, 3, 3}, mt::kF16, 92);
   const Tensor b = randn_seeded({64}, mt::kF16, 93), dy = randn_seeded({128, 64, 24, 24}, mt::kF16, 94);
   struct Run {
@@ -557,16 +553,17 @@ BOOST_AUTO_TEST_CASE(conv2d_in_chunks_under_a_column_limit_matches_the_whole_bat
     int64_t peak = 0;
   };
   auto run = [&](int64_t limit) {
-    mt::cuda::set_conv_column_limit(limit);
+    const mt::test::ConvColumnLimit scoped(limit);
+    Tensor xg = gpu(x), wg = gpu(w), bg = gpu(b);  // fresh leaves
+    xg.requires_grad_(), wg.requires_grad_(), bg.requires_grad_();
     mt::cuda::synchronize();
-    Leaf xl(x), wl(w), bl(b);  // fresh leaves on both devices; the gpu ones are used
     mt::cuda::reset_peak_memory_stats();
     const int64_t start = mt::cuda::memory_stats().allocated_bytes;
     Run r;
-    r.y = mt::conv2d(xl.gpu, wl.gpu, bl.gpu);
+    r.y = mt::conv2d(xg, wg, bg);
     r.y.backward(gpu(dy));
     r.peak = mt::cuda::memory_stats().peak_allocated_bytes - start;
-    r.dx = xl.gpu.grad(), r.dw = wl.gpu.grad(), r.db = bl.gpu.grad();
+    r.dx = xg.grad(), r.dw = wg.grad(), r.db = bg.grad();
     return r;
   };
   const Run whole = run(0);

@@ -40,23 +40,26 @@ struct cuda_unavailable {
   }
 };
 
-/// A process-wide switch set for a scope: the previous value comes back when the scope ends, also when a check
+/// A process-wide setting changed for a scope: the previous value comes back when the scope ends, also when a check
 /// throws (a test that failed half-way must not leave it changed for the cases after it).
-template <bool (*Get)() noexcept, void (*Set)(bool) noexcept>
+template <auto Get, auto Set>
 class ScopedSwitch {
  public:
-  explicit ScopedSwitch(bool value) : m_before(Get()) { Set(value); }
+  using Value = decltype(Get());
+  explicit ScopedSwitch(Value value) : m_before(Get()) { Set(value); }
   ~ScopedSwitch() { Set(m_before); }
   ScopedSwitch(const ScopedSwitch&) = delete;
   ScopedSwitch& operator=(const ScopedSwitch&) = delete;
 
  private:
-  bool m_before;
+  Value m_before;
 };
 /// Thread-block clusters on or off for a scope (mixtape::cuda::set_allow_clusters).
 using AllowClusters = ScopedSwitch<mixtape::cuda::allow_clusters, mixtape::cuda::set_allow_clusters>;
 /// TF32 for f32 matrix products on or off for a scope (mixtape::cuda::set_allow_tf32).
 using AllowTf32 = ScopedSwitch<mixtape::cuda::allow_tf32, mixtape::cuda::set_allow_tf32>;
+/// A limit on the CUDA convolutions' im2col columns for a scope (mixtape::cuda::set_conv_column_limit).
+using ConvColumnLimit = ScopedSwitch<mixtape::cuda::conv_column_limit, mixtape::cuda::set_conv_column_limit>;
 
 /// Allocation poisoning for a scope (cuda/testing.h): every CUDA allocation starts as 0xFF bytes, a NaN in every
 /// float dtype, so an output element a kernel forgot to write fails the comparison.

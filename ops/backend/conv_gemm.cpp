@@ -17,6 +17,13 @@ void for_each_chunk(int64_t n, int64_t chunk, F&& f) {
 
 }  // namespace
 
+int64_t conv_chunk_samples(const Shape& input_shape, DType dtype, const Window2d& w, int64_t column_bytes) {
+  const int64_t rows = input_shape[1] * w.kernel[0] * w.kernel[1];
+  const int64_t L = window_output_size(input_shape[2], w, 0) * window_output_size(input_shape[3], w, 1);
+  const int64_t per_sample = rows * L * static_cast<int64_t>(itemsize(acc_dtype(dtype)));
+  return std::clamp<int64_t>(column_bytes / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(input_shape[0], 1));
+}
+
 Tensor conv2d_gemm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w, int64_t chunk) {
   const int64_t n = x.size(0), c_out = weight.size(0), k = weight.numel() / std::max<int64_t>(c_out, 1);
   const int64_t ho = window_output_size(x.size(2), w, 0), wo = window_output_size(x.size(3), w, 1);

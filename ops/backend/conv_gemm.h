@@ -21,6 +21,10 @@
 
 namespace mixtape::kernels {
 
+/// How many samples of an input (N, C_in, H, W) of `dtype` go through the columns together so that their columns
+/// in acc_dtype (the input gradient's, the largest) take at most `column_bytes`: at least one, at most N.
+int64_t conv_chunk_samples(const Shape& input_shape, DType dtype, const Window2d& w, int64_t column_bytes);
+
 /// y (N, C_out, H_out, W_out) in x's dtype = conv(x (N, C_in, H, W), weight (C_out, C_in, kH, kW)) + bias (C_out, or
 /// undefined).
 Tensor conv2d_gemm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w, int64_t chunk);

@@ -32,10 +32,7 @@ constexpr int64_t kChunkBytes = int64_t{4} << 20;
 
 /// How many samples of x (N, C_in, H, W) go through im2col and the GEMMs together.
 int64_t chunk_samples(const Shape& x_shape, DType dtype, const Window2d& w) {
-  const int64_t rows = x_shape[1] * w.kernel[0] * w.kernel[1];
-  const int64_t L = window_output_size(x_shape[2], w, 0) * window_output_size(x_shape[3], w, 1);
-  const int64_t per_sample = rows * L * static_cast<int64_t>(itemsize(acc_dtype(dtype)));
-  return std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(x_shape[0], 1));
+  return conv_chunk_samples(x_shape, dtype, w, kChunkBytes);
 }
 
 /// f(tag) with tag's ::type the element type of `dtype`: f32, f16 or bf16 (what the Winograd path takes).
