@@ -119,20 +119,34 @@ const OpHooks& op_hooks() {
 void Ctx::save(const Tensor& t) {
   if (!recording) return;
   if (!t.defined()) {
-    m_saved.push_back({Tensor(), 0});
+    m_saved.push_back({Tensor(), 0, Tensor(), DType::kF32});
+    return;
+  }
+  const AutogradMeta* meta = meta_of(t);
+  if (meta && meta->autocast_source.defined()) {  // a parameter's autocast copy: keep the parameter instead
+    const Tensor& source = meta->autocast_source;
+    m_saved.push_back({Tensor(), source.version(), source, t.dtype()});
     return;
   }
   // A detached alias: same storage and view, no autograd link (no cycle through an output).
   auto impl = std::make_shared<TensorImpl>(*t.impl());
   impl->autograd.reset();
-  m_saved.push_back({Tensor(std::move(impl)), t.version()});
+  m_saved.push_back({Tensor(std::move(impl)), t.version(), Tensor(), DType::kF32});
 }
 
 const Tensor& Ctx::saved(size_t i) const {
   MT_CHECK(!m_released, op_name, ": its saved tensors were already freed by a backward; call backward with "
                                  "retain_graph=true to run it again");
   MT_CHECK(i < m_saved.size(), op_name, ": saved tensor ", i, " requested, ", m_saved.size(), " saved");
-  const Saved& s = m_saved[i];
+  Saved& s = m_saved[i];
+  if (s.source.defined()) {
+    MT_CHECK(s.source.version() == s.version, op_name, ": saved tensor ", i, " (the ", s.dtype,
+             " autocast copy of a parameter of shape ", s.source.shape(), ") cannot be made again: the parameter was "
+             "modified in place after the forward (version ", s.source.version(), ", saved at version ", s.version,
+             "); an optimizer step belongs after backward");
+    if (!s.tensor.defined()) s.tensor = raw::to(s.source, s.dtype);  // the forward's bits: one rounding of each
+    return s.tensor;
+  }
   MT_CHECK(!s.tensor.defined() || s.tensor.version() == s.version, op_name, ": saved tensor ", i, " (shape ",
            s.tensor.shape(), ", ", s.tensor.dtype(), ") was modified in place after it was saved for backward (version ",
            s.tensor.version(), ", saved at version ", s.version, ")");

@@ -23,6 +23,9 @@ struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;                      // accumulated gradient of a leaf, in the leaf's dtype
   std::shared_ptr<Node> grad_fn;    // the node that produced this tensor; null for leaves
+  // On autocast's cached cast of a parameter (an f32 leaf that requires grad): that parameter, as a detached alias.
+  // An op that saves the cast for backward saves this instead (Ctx::save), and backward casts it again.
+  Tensor autocast_source;
   // Backward passes on several threads may reach the same leaf: each one's addition into `grad` (and set_grad)
   // holds this lock, so none is lost. Reading grad() while another thread's backward writes it is a race, as in
   // PyTorch: join the threads first.
@@ -47,12 +50,19 @@ using Grads = std::vector<Tensor>;
 
 /// Per-node storage of an op's forward, read by its backward. Ops that keep
 /// more than tensors derive from it: `struct Ctx : autograd::Ctx { Shape input_shape; };`
+///
+/// Autocast's f16/bf16 copy of a parameter is not kept: the node keeps the f32 parameter (its module holds it
+/// anyway) and casts it again when backward first asks for it, the same bits one kernel later. Between forward and
+/// backward a model then holds its low-precision activations and no second copy of its weights (PyTorch keeps the
+/// copies: a 4096-wide layer's is 32 MiB in f16).
 class Ctx {
  public:
-  /// Keeps `t` for backward (a detached alias plus its storage version). Undefined tensors are kept as such.
+  /// Keeps `t` for backward (a detached alias plus its storage version), or for autocast's cast of a parameter the
+  /// parameter (Ctx's comment). Undefined tensors are kept as such.
   void save(const Tensor& t);
   template <class... Ts> void save_for_backward(const Ts&... ts) { (save(ts), ...); }
-  /// The i-th saved tensor; throws naming the op when it was modified in place since it was saved.
+  /// The i-th saved tensor; throws naming the op when it (or the parameter of a cast) was modified in place since
+  /// it was saved.
   const Tensor& saved(size_t i) const;
   size_t num_saved() const { return m_saved.size(); }
   /// Whether input `i` of the op needs a gradient (backward may skip the others).
@@ -68,10 +78,12 @@ class Ctx {
 
  private:
   struct Saved {
-    Tensor tensor;
-    uint64_t version = 0;
+    Tensor tensor;         // a recast's: undefined until backward asks (saved() makes it)
+    uint64_t version = 0;  // the storage version of what was saved: the tensor, or the recast's source
+    Tensor source;         // a recast's: the parameter, cast to `dtype` on demand
+    DType dtype = DType::kF32;
   };
-  std::vector<Saved> m_saved;
+  mutable std::vector<Saved> m_saved;  // mutable: saved() casts a recast's parameter once
   bool m_released = false;
 };
 

@@ -152,6 +152,10 @@ Tensor autocast_cast(const Tensor& t, DType dtype) {
     return it->second.cast;
   }
   Tensor c = cast(t, dtype);
+  // Ops save the parameter instead of c (autograd::Ctx): a detached alias, so c's node makes no cycle through it.
+  auto source = std::make_shared<TensorImpl>(*t.impl());
+  source->autograd.reset();
+  if (c.impl()->autograd) c.impl()->autograd->autocast_source = Tensor(std::move(source));
   cache.entries[key] = {t.impl_ptr(), t.version(), c};
   ++cache.misses;
   return c;

@@ -34,7 +34,10 @@ namespace amp {
 
 /// Turns autocast on for the current thread while alive. `dtype` is kF16 or
 /// kBF16; `enabled = false` turns it off inside an enclosing region. Regions
-/// nest; the cast cache is cleared when the outermost one ends.
+/// nest; the cast cache is cleared when the outermost one ends. An op that
+/// saves such a cast of a parameter for backward keeps the f32 parameter and
+/// casts it again there (autograd::Ctx), so between forward and backward a
+/// model holds its f16/bf16 activations and no copy of its weights.
 class Autocast {
  public:
   explicit Autocast(DType dtype = DType::kF16, bool enabled = true);

@@ -156,6 +156,71 @@ BOOST_AUTO_TEST_CASE(in_place_update_invalidates_the_cached_cast) {
   BOOST_TEST(b.at<float>({0, 0}) == 4.0f);
 }
 
+// A layer whose input needs a gradient saves its weight for dX; under autocast that weight is the f16/bf16 copy
+// of an f32 parameter. The tape keeps the parameter instead and makes the copy again in backward (autograd::Ctx):
+// nothing of the copy stays between forward and backward, and the gradients are the ones a kept copy gives, bit
+// for bit.
+BOOST_AUTO_TEST_CASE(a_parameters_saved_copy_is_made_again_in_backward_not_kept) {
+  for (mt::DType low : {mt::kF16, mt::kBF16}) {
+    BOOST_TEST_CONTEXT("autocast " << low) {
+      mt::manual_seed(11);
+      mt::Tensor w = mt::randn({256, 512}).requires_grad_();  // f32, 512 KiB; its copy 256 KiB
+      mt::Tensor x_leaf = mt::randn({32, 512}).requires_grad_();
+      const mt::Tensor v = mt::randn({32, 256});
+      const mt::Tensor x = mt::relu(x_leaf);  // an activation: its cast is saved as it is (no parameter behind it)
+      const int64_t before = mt::cpu_memory_stats().allocated_bytes;
+      mt::Tensor y;
+      {
+        mt::amp::Autocast ac(low);
+        y = mt::linear(x, w);  // (32, 256) in `low`; saves x's copy for dW and w's for dX
+      }
+      const int64_t kept = mt::cpu_memory_stats().allocated_bytes - before;
+      BOOST_TEST(kept == 32 * 256 * 2 + 32 * 512 * 2);  // y and x's copy; w's copy (+ 256 × 512 × 2) is gone
+      mt::sum(y * v).backward();
+
+      // The same products with copies made by hand outside autocast: the tape keeps those as they are.
+      mt::Tensor w2 = w.detach().clone().requires_grad_(), x2_leaf = x_leaf.detach().clone().requires_grad_();
+      mt::sum(mt::linear(mt::relu(x2_leaf).to(low), w2.to(low)) * v).backward();
+      BOOST_TEST(mt::test::expect_same_bits(x_leaf.grad(), x2_leaf.grad(), "dx through the remade copy"));
+      BOOST_TEST(mt::test::expect_same_bits(w.grad(), w2.grad(), "dW"));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_remade_copy_serves_a_retained_graph_twice) {
+  mt::Tensor w = mt::randn({8, 16}).requires_grad_();
+  mt::Tensor x_leaf = mt::randn({4, 16}).requires_grad_();
+  mt::Tensor y;
+  {
+    mt::amp::Autocast ac(mt::kBF16);
+    y = mt::linear(mt::relu(x_leaf), w);
+  }
+  mt::sum(y).backward({}, /*retain_graph=*/true);
+  const mt::Tensor once = x_leaf.grad().clone();
+  mt::sum(y).backward();
+  BOOST_TEST(mt::test::expect_same_bits(x_leaf.grad(), once * 2.0, "dx after two backwards"));
+}
+
+// The copy is made from the parameter as it is at backward: a parameter changed in between (an optimizer step
+// before backward) would give other bits than the forward used, so it is an error, as for any saved tensor (and
+// as for the f32 weight an fp32 layer saves).
+BOOST_AUTO_TEST_CASE(a_parameter_changed_before_backward_cannot_be_cast_again) {
+  mt::Tensor w = mt::randn({8, 16}).requires_grad_();
+  mt::Tensor x_leaf = mt::randn({4, 16}).requires_grad_();
+  mt::Tensor y;
+  {
+    mt::amp::Autocast ac(mt::kF16);
+    y = mt::linear(mt::relu(x_leaf), w);
+  }
+  {
+    mt::autograd::NoGradGuard ng;
+    w.fill_(0.5);
+  }
+  mt::test::expect_error([&] { mt::sum(y).backward(); },
+                         {"linear", "autocast copy of a parameter of shape [8, 16]", "modified in place",
+                          "saved at version 0"});
+}
+
 BOOST_AUTO_TEST_CASE(f32_leaf_used_in_f16_gets_an_f32_gradient_matching_f64) {
   mt::manual_seed(5);
   mt::Tensor w = mt::randn({16, 32}).requires_grad_();
