@@ -29,7 +29,7 @@
 # 33 s for one epoch of every row, bench ~10 s; memcheck of every gpu suite ~2.5 min and racecheck ~3 min (6 jobs
 # at once; racecheck of test_training alone needs more than 280 s). Calls like those:
 #   cp ../shared/data/mnist/*.gz data/mnist/    # once, ignored; carry .deb and data/mnist
-#   BUDGET_S=300 TEST_TIMEOUT=120 MNIST_ARGS="--seeds 0,1,2 --conv-column-limit-mib 16" \
+#   BUDGET_S=300 TEST_TIMEOUT=120 MNIST_ARGS="--seeds 0,1,2 --conv-column-limit-mib 4,16" \
 #     bash bench/gpu_session.sh build test bench \
 #     mnist wide                                                                        (timeout_s 320)
 #   BUDGET_S=280 bash bench/gpu_session.sh build profile                                (timeout_s 300)

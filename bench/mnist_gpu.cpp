@@ -9,12 +9,19 @@
 //   step_ms      the steady-state step: the device synchronised after --warmup steps of the first epoch and after
 //                its last step, the steps between averaged (no synchronisation in between)
 //   epoch_s      the mean wall time of an epoch, the first (warm-up) epoch included
-//   peak_mib     the most device memory held by tensors during training, less what the dataset held before it
-//   held_mib     what tensors still hold after the last step, less the dataset's: the parameters, gradients and
+//   peak_mib     the most bytes tensors asked for at once during training, less the dataset's (mixtape::cuda's
+//                requested_bytes: the model's footprint whatever the allocator; PyTorch's requested_bytes)
+//   held_mib     what tensors still ask for after the last step, less the dataset's: the parameters, gradients and
 //                optimizer and scaler states; peak_mib − held_mib is what a step's activations and temporaries added
+//   kept_mib     what the forward (under autocast) leaves for backward: the tensors alive after it less those
+//                alive before it, in the last eager step (activations, and whatever else the tape saved)
+//   alloc_peak_mib, reserved_peak_mib  the same peak in the caching allocator's blocks (size classes) and in what
+//                it took from cudaMalloc, less the dataset's (cuda/runtime.h, MemoryStats)
 //   accuracy     the test set's after the last epoch (batches of 1000 under the same autocast)
-// On the CPU (--device cpu) the same loop runs, for checking the plumbing without a GPU: peak_mib and held_mib are
-// null there.
+// On the CPU (--device cpu) the same loop runs, for checking the plumbing without a GPU; peak_mib, held_mib and
+// kept_mib count the CPU's tensor storage the same way (mixtape::cpu_memory_stats), reserved_peak_mib is null: which
+// tensors a step keeps alive is the tape's doing on either device, only the kernels' temporaries differ (the CPU's
+// convolutions take cache-sized chunks of the batch, the GPU's the whole batch unless --conv-column-limit-mib).
 // --cuda-graph (on CUDA): after three eager steps one step is captured into a CUDA graph and replayed for
 // every later step, as examples/mnist --cuda-graph does; the row's framework is "mixtape+graph".
 // --conv-column-limit-mib N: mixtape::cuda::set_conv_column_limit(N MiB), the convolutions' batches in chunks
@@ -70,12 +77,40 @@ void sync(mt::Device device) {
   if (device.is_cuda()) mt::cuda::synchronize();
 }
 
+/// Bytes of tensor storage on `device`: asked for now and at most since reset_peak, in blocks at most, reserved now
+/// and at most (-1: not counted; the CPU's counts are of bytes asked for, its cache keeps no peak).
+struct Memory {
+  int64_t requested = 0, peak_requested = 0, allocated = 0, peak_allocated = 0, reserved = 0, peak_reserved = -1;
+};
+Memory memory(mt::Device device) {
+  if (device.is_cuda()) {
+    const mt::cuda::MemoryStats s = mt::cuda::memory_stats();
+    return {s.requested_bytes, s.peak_requested_bytes, s.allocated_bytes, s.peak_allocated_bytes, s.reserved_bytes,
+            s.peak_reserved_bytes};
+  }
+  const mt::CpuMemoryStats s = mt::cpu_memory_stats();
+  return {s.allocated_bytes,  s.peak_allocated_bytes, s.allocated_bytes,
+          s.peak_allocated_bytes, s.allocated_bytes + s.cached_bytes, -1};
+}
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+void reset_peak(mt::Device device) {
+  if (device.is_cuda())
+    mt::cuda::reset_peak_memory_stats();
+  else
+    mt::reset_cpu_peak_memory();
+}
+
 int run(const Options& opt) {
   const mt::Device device = opt.device == "cuda" ? mt::Device::cuda() : mt::Device::cpu();
   MT_CHECK(!device.is_cuda() || mt::cuda::is_available(), "--device cuda: ", mt::cuda::unavailable_reason());
   mt::cuda::set_conv_column_limit(opt.conv_column_limit_mib << 20);
   const mt::data::DatasetLocation location = mt::data::find_mnist(opt.data);
   const mt::data::MNIST train(location, mt::data::Split::kTrain), test(location, mt::data::Split::kTest);
+
+  const mnist::ResidentSplit train_data(train, device), test_data(test, device);
+  sync(device);
+  reset_peak(device);
+  const Memory baseline = memory(device);  // the dataset's
 
   mt::manual_seed(opt.seed);
   std::unique_ptr<mnist::Model> model;
@@ -84,11 +119,6 @@ int run(const Options& opt) {
   else
     model = mnist::make_model(opt.model);
   if (!opt.weights_out.empty()) mt::data::save_safetensors(opt.weights_out, model->state_dict());
-  const mnist::ResidentSplit train_data(train, device), test_data(test, device);
-  sync(device);
-  const int64_t baseline = mt::cuda::memory_stats().allocated_bytes;  // the dataset's (0 on the CPU)
-  mt::cuda::reset_peak_memory_stats();
-
   model->to(device);
   mt::optim::AdamW optimizer(model->parameters(), {.lr = 1e-3});
   const bool fp16 = opt.precision == "fp16", bf16 = opt.precision == "bf16";
@@ -99,13 +129,16 @@ int run(const Options& opt) {
   MT_CHECK(steps >= 2, "bench_mnist_gpu: an epoch of ", steps, " step(s) has no steady state to time");
   MT_CHECK(!opt.cuda_graph || device.is_cuda(), "bench_mnist_gpu: --cuda-graph needs --device cuda");
 
+  int64_t kept = 0;  // what the last eager step's forward left for backward
   mnist::GraphedStep train_step([&](const mt::Tensor& x, const mt::Tensor& y) {
     optimizer.zero_grad();
+    const int64_t before_forward = memory(device).requested;
     mt::Tensor step_loss;
     {
       mt::amp::Autocast ac(bf16 ? mt::kBF16 : mt::kF16, fp16 || bf16);
       step_loss = mt::cross_entropy(model->forward(x), y);
     }
+    kept = memory(device).requested - before_forward;
     if (fp16) {
       scaler.scale(step_loss).backward();
       scaler.step_on_device(optimizer);  // skipped on the device when a gradient overflowed: no host read
@@ -136,7 +169,7 @@ int run(const Options& opt) {
     if (epoch == 0) steady_seconds = seconds_since(steady_start);
     train_seconds += seconds_since(epoch_start);
   }
-  const mt::cuda::MemoryStats memory = mt::cuda::memory_stats();
+  const Memory trained = memory(device);
 
   model->eval();
   mt::autograd::NoGradGuard no_grad;
@@ -160,15 +193,15 @@ int run(const Options& opt) {
       {"step_ms", 1e3 * steady_seconds / steady_steps},
       {"samples_per_s", steady_steps * static_cast<double>(opt.batch_size) / steady_seconds},
       {"epoch_s", train_seconds / opt.epochs},
-      {"peak_mib", nullptr},
-      {"held_mib", nullptr},
+      {"peak_mib", mib(trained.peak_requested - baseline.requested)},
+      {"held_mib", mib(trained.requested - baseline.requested)},
+      {"kept_mib", mib(kept)},
+      {"alloc_peak_mib", mib(trained.peak_allocated - baseline.allocated)},
+      {"reserved_peak_mib", nullptr},
       {"loss", loss.item<float>()},
       {"skipped", scaler.skipped_steps()},
       {"accuracy", hits.item<float>() / static_cast<double>(test.size())}};
-  if (device.is_cuda()) {
-    result["peak_mib"] = static_cast<double>(memory.peak_allocated_bytes - baseline) / (1 << 20);
-    result["held_mib"] = static_cast<double>(memory.allocated_bytes - baseline) / (1 << 20);
-  }
+  if (trained.peak_reserved >= 0) result["reserved_peak_mib"] = mib(trained.peak_reserved - baseline.reserved);
   std::printf("%s\n", result.dump().c_str());
   return 0;
 }

@@ -7,14 +7,24 @@ weights, data, batch size (128), optimizer (AdamW lr 1e-3) and epochs are traine
   pytorch        torch.autocast + torch.amp.GradScaler, torch.optim.AdamW with its defaults (foreach on CUDA)
   pytorch fused  the same with AdamW(fused=True)
   mixtape+graph  with --cuda-graph, mixtape again, one captured step replayed as a CUDA graph (bench_mnist_gpu)
-  mixtape, columns <= N MiB  with --conv-column-limit-mib N, the CNN again, its convolutions' im2col columns held
-                 to N MiB (mixtape::cuda::set_conv_column_limit): batches in chunks, less peak memory
+  mixtape, columns <= N MiB  with --conv-column-limit-mib N (or N,M,...), the CNN again, its convolutions' im2col
+                 columns held to N MiB (mixtape::cuda::set_conv_column_limit): batches in chunks, less peak memory
 each with the whole training set resident on the device (normalised once; a permutation per epoch drawn there,
 batches gathered with index_select there) and timed alike (bench/mnist_gpu.cpp says how): steady-state step time,
-samples/s, time per epoch, peak device memory during training beyond the dataset's, what is still held after the last
-step (parameters, gradients, optimizer states: peak − held is a step's activations and temporaries), final test
-accuracy. The ratio
-column is each row's step time over mixtape's eager one (PyTorch's above 1: mixtape is faster).
+samples/s, time per epoch, memory, final test accuracy. The ratio column is each row's step time over mixtape's eager
+one (PyTorch's above 1: mixtape is faster).
+
+Memory, beyond what the dataset holds, in two views that both frameworks count alike:
+  peak       the most bytes tensors asked for at once during training (PyTorch's requested_bytes.all.peak, mixtape's
+             peak_requested_bytes): the model's own footprint, whatever allocator serves it
+  reserved   the most the caching allocator held from cudaMalloc (max_memory_reserved, peak_reserved_bytes): what the
+             process really took from the device (mixtape rounds blocks above 1 MiB to 2 MiB and never splits them;
+             PyTorch carves large tensors out of 20 MiB segments)
+  held       what tensors still ask for after the last step (parameters, gradients, optimizer states)
+  fwd keeps  what the forward under autocast leaves for backward (the last eager step): the activations the seeds'
+             "activation memory about halved" is about, plus whatever else the tape saves (PyTorch keeps autocast's
+             f16/bf16 copy of a weight whose layer's input needs a gradient; mixtape casts it again in backward)
+The JSON lines also carry PyTorch's max_memory_allocated and mixtape's blocks (alloc_peak_mib).
 
 The PyTorch side needs only what the lent GPU machine has (PyTorch; safetensors when importable, else the format's
 few lines read here). --device cpu runs everything on the CPU to check the plumbing (PyTorch's CPU autocast has no
@@ -159,14 +169,25 @@ def grad_scaler(device, enabled):
     return torch.cuda.amp.GradScaler(enabled=enabled)
 
 
+def memory(device):
+    """PyTorch's counts of `device` in bytes: tensors' requests (now and peak), blocks, reserved (now and peak).
+    requested_bytes is PyTorch 2.1's; before it, memory_allocated (requests rounded to 512 bytes) stands in."""
+    stats = torch.cuda.memory_stats(device)
+    allocated, peak_allocated = torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
+    return {"requested": stats.get("requested_bytes.all.current", allocated),
+            "peak_requested": stats.get("requested_bytes.all.peak", peak_allocated),
+            "allocated": allocated, "peak_allocated": peak_allocated,
+            "reserved": torch.cuda.memory_reserved(device), "peak_reserved": torch.cuda.max_memory_reserved(device)}
+
+
 def train_pytorch(args, seed, model_name, precision, weights, fused, data):
     device = torch.device(args.device)
     torch.manual_seed(seed)
     train_x, train_y, test_x, test_y = data
     sync(device)
     if device.type == "cuda":
-        baseline = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
+        baseline = memory(device)
     model = make_model(model_name, args.hidden, weights).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **({"fused": True} if fused else {}))
     amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
@@ -189,8 +210,11 @@ def train_pytorch(args, seed, model_name, precision, weights, fused, data):
             idx = perm[s * args.batch_size:(s + 1) * args.batch_size]
             x, y = train_x.index_select(0, idx), train_y.index_select(0, idx)
             optimizer.zero_grad(set_to_none=True)
+            before_forward = memory(device)["requested"] if device.type == "cuda" else 0
             with autocast(device, amp_dtype):
                 loss = F.cross_entropy(model(x), y)
+            if device.type == "cuda":
+                kept = memory(device)["requested"] - before_forward
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
@@ -198,10 +222,14 @@ def train_pytorch(args, seed, model_name, precision, weights, fused, data):
         if epoch == 0:
             steady_seconds = time.perf_counter() - steady_start
         train_seconds += time.perf_counter() - epoch_start
-    peak_mib, held_mib = None, None
+    sizes = dict.fromkeys(["peak_mib", "held_mib", "kept_mib", "alloc_peak_mib", "reserved_peak_mib"])
     if device.type == "cuda":
-        peak_mib = (torch.cuda.max_memory_allocated(device) - baseline) / 2**20
-        held_mib = (torch.cuda.memory_allocated(device) - baseline) / 2**20
+        now = memory(device)
+        sizes = {"peak_mib": (now["peak_requested"] - baseline["requested"]) / 2**20,
+                 "held_mib": (now["requested"] - baseline["requested"]) / 2**20,
+                 "kept_mib": kept / 2**20,
+                 "alloc_peak_mib": (now["peak_allocated"] - baseline["allocated"]) / 2**20,
+                 "reserved_peak_mib": (now["peak_reserved"] - baseline["reserved"]) / 2**20}
     model.eval()
     hits = torch.zeros((), device=device)
     with torch.no_grad():
@@ -215,7 +243,7 @@ def train_pytorch(args, seed, model_name, precision, weights, fused, data):
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "steps": steps * args.epochs, "step_ms": 1e3 * steady_seconds / steady_steps,
             "samples_per_s": steady_steps * args.batch_size / steady_seconds, "epoch_s": train_seconds / args.epochs,
-            "peak_mib": peak_mib, "held_mib": held_mib, "loss": loss.item(), "skipped": None,
+            **sizes, "loss": loss.item(), "skipped": None,
             "accuracy": hits.item() / test_x.shape[0], "seed": seed, "torch": torch.__version__}
 
 
@@ -258,9 +286,10 @@ def main():
     parser.add_argument("--json", help="append every row as a JSON line to this file")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="also time mixtape replaying a captured step (a mixtape+graph row)")
-    parser.add_argument("--conv-column-limit-mib", type=int, default=0,
-                        help="also train the CNN with mixtape's convolution columns held to this many MiB "
-                             "(mixtape::cuda::set_conv_column_limit; a 'mixtape, columns <= N MiB' row)")
+    parser.add_argument("--conv-column-limit-mib", default="",
+                        help="also train the CNN with mixtape's convolution columns held to this many MiB, a row "
+                             "for each of a comma-separated list such as 4,16 (mixtape::cuda::set_conv_column_limit; "
+                             "'mixtape, columns <= N MiB' rows)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("mnist_gpu.py: --device cuda, but PyTorch sees no GPU (--device cpu checks the plumbing)")
@@ -268,6 +297,7 @@ def main():
     data = load_split(args.data, "train", device) + load_split(args.data, "t10k", device)
 
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
+    column_limits = [int(x) for x in args.conv_column_limit_mib.split(",") if x]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_mnist_gpu-") as tmp:
         for seed in seeds:
@@ -279,10 +309,9 @@ def main():
                     if args.cuda_graph and args.device == "cuda":
                         print(" graph...", end="", file=sys.stderr, flush=True)
                         group.append(run_mixtape(args, seed, model_name, precision, weights, graph=True))
-                    if args.conv_column_limit_mib and model_name == "cnn":
-                        print(" chunked...", end="", file=sys.stderr, flush=True)
-                        group.append(run_mixtape(args, seed, model_name, precision, weights,
-                                                 column_limit_mib=args.conv_column_limit_mib))
+                    for limit in (column_limits if model_name == "cnn" else []):
+                        print(f" columns <= {limit} MiB...", end="", file=sys.stderr, flush=True)
+                        group.append(run_mixtape(args, seed, model_name, precision, weights, column_limit_mib=limit))
                     for fused in (False, True):
                         if device.type == "cpu" and (fused or precision == "fp16"):
                             continue  # fused AdamW is CUDA's; 1.x CPU autocast has no fp16
@@ -295,9 +324,9 @@ def main():
     # mixtape+graph row below 1: the graph is faster than mixtape's eager steps).
     print(f"\nbench/mnist_gpu.py: {rows[0]['device']}, torch {torch.__version__}, batch {args.batch_size}, "
           f"AdamW lr 1e-3, {args.epochs} epoch(s), seed {seeds[0]}\n")
-    print("| model | precision | framework | step ms | samples/s | s/epoch | peak MiB | held MiB | test accuracy "
-          "| skipped steps | step / mixtape's eager step |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| model | precision | framework | step ms | samples/s | s/epoch | peak MiB | reserved MiB | held MiB "
+          "| fwd keeps MiB | test accuracy | skipped steps | step / mixtape's eager step |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     mixtape_step = {}
     for r in (r for r in rows if r["seed"] == seeds[0]):
         key = (r["model"], r["precision"])
@@ -305,7 +334,8 @@ def main():
             mixtape_step[key] = r["step_ms"]
         ratio = "" if r["framework"] == "mixtape" else f"{r['step_ms'] / mixtape_step[key]:.2f}x"
         print(f"| {r['model']} | {r['precision']} | {r['framework']} | {r['step_ms']:.3f} | {r['samples_per_s']:.0f} "
-              f"| {r['epoch_s']:.2f} | {fmt(r['peak_mib'], '.1f')} | {fmt(r.get('held_mib'), '.1f')} "
+              f"| {r['epoch_s']:.2f} | {fmt(r['peak_mib'], '.1f')} | {fmt(r.get('reserved_peak_mib'), '.1f')} "
+              f"| {fmt(r.get('held_mib'), '.1f')} | {fmt(r.get('kept_mib'), '.1f')} "
               f"| {100 * r['accuracy']:.2f}% "
               f"| {fmt(r['skipped'], 'd')} | {ratio} |")
     if len(seeds) > 1:

@@ -67,6 +67,7 @@ struct Block {
   cudaStream_t stream = nullptr;  // the stream current at allocation: the one its last users were queued on
   cudaEvent_t freed = nullptr;    // recorded on `stream` at the free, once the device uses several streams
   GraphPool* graph = nullptr;     // the graph whose capture allocated it, while that graph lives
+  size_t requested = 0;           // what the tensor holding it asked for (≤ size)
 };
 
 }  // namespace
@@ -110,12 +111,16 @@ class Allocator {
         b = new Block{malloc_or_throw(pool, nbytes, size, device, graph != nullptr), size, device, stream, nullptr};
         ++pool.stats.num_cuda_malloc;
         pool.stats.reserved_bytes += static_cast<int64_t>(size);
+        pool.stats.peak_reserved_bytes = std::max(pool.stats.peak_reserved_bytes, pool.stats.reserved_bytes);
       }
       b->stream = stream;
       b->graph = graph;
       if (graph) ++graph->held;
+      b->requested = nbytes;
       pool.stats.allocated_bytes += static_cast<int64_t>(b->size);
       pool.stats.peak_allocated_bytes = std::max(pool.stats.peak_allocated_bytes, pool.stats.allocated_bytes);
+      pool.stats.requested_bytes += static_cast<int64_t>(nbytes);
+      pool.stats.peak_requested_bytes = std::max(pool.stats.peak_requested_bytes, pool.stats.requested_bytes);
       m_live.emplace(b->ptr, b);
       ptr = b->ptr;
     }
@@ -135,6 +140,8 @@ class Allocator {
     m_live.erase(it);
     DevicePool& pool = m_pools[static_cast<size_t>(b->device)];
     pool.stats.allocated_bytes -= static_cast<int64_t>(b->size);
+    pool.stats.requested_bytes -= static_cast<int64_t>(b->requested);
+    b->requested = 0;
     GraphPool* capture = capture_for_free(b->device);
     if (GraphPool* g = b->graph) {
       if (capture && capture != g) {  // another graph's block, used by this capture too: kept for both
@@ -229,6 +236,8 @@ class Allocator {
     if (device < 0 || static_cast<size_t>(device) >= m_pools.size()) return;
     MemoryStats& s = m_pools[static_cast<size_t>(device)].stats;
     s.peak_allocated_bytes = s.allocated_bytes;
+    s.peak_requested_bytes = s.requested_bytes;
+    s.peak_reserved_bytes = s.reserved_bytes;
   }
 
   void set_poison(bool on) { m_poison.store(on, std::memory_order_relaxed); }

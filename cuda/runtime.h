@@ -109,11 +109,20 @@ int64_t conv_column_limit() noexcept;
 //   { auto t = mixtape::empty({1024}, mixtape::TensorOptions().device(mixtape::Device::cuda())); }
 //   mixtape::cuda::empty_cache();  // reserved_bytes back to allocated_bytes
 
-/// Byte counts are of whole blocks (rounded sizes); counters run since the process started.
+/// Byte counts are of whole blocks (rounded sizes) but for requested_bytes; counters run since the process
+/// started. Three views of one device's memory, as PyTorch's memory_stats() has them:
+///   requested  what the tensors asked for: the model's own footprint, whatever allocator serves it (PyTorch's
+///              "requested_bytes"; its memory_allocated() is the same rounded to 512 bytes a request)
+///   allocated  the blocks serving them: requested plus the size classes' rounding (up to 2 MiB a block above
+///              1 MiB, where PyTorch splits large segments instead)
+///   reserved   what cudaMalloc gave: allocated plus the cache, the process's real use of the device
 struct MemoryStats {
-  int64_t allocated_bytes = 0;       // held by live tensors
+  int64_t allocated_bytes = 0;       // blocks held by live tensors
   int64_t reserved_bytes = 0;        // obtained from cudaMalloc: allocated + cached
+  int64_t requested_bytes = 0;       // bytes live tensors asked for (each ≤ its block)
   int64_t peak_allocated_bytes = 0;  // the most allocated_bytes since the last reset_peak_memory_stats
+  int64_t peak_requested_bytes = 0;  // the most requested_bytes since then
+  int64_t peak_reserved_bytes = 0;   // the most reserved_bytes since then
   int64_t num_cuda_malloc = 0;       // successful cudaMalloc calls
   int64_t num_cache_hits = 0;        // requests served from the cache
 };
@@ -121,7 +130,7 @@ struct MemoryStats {
 /// Statistics of `device` (-1: the current device). Never throws: all zero without CUDA or for an unused device.
 MemoryStats memory_stats(int device = -1) noexcept;
 
-/// Sets peak_allocated_bytes to the present allocated_bytes on `device` (-1: the current device). Never throws.
+/// Sets each peak to its present count on `device` (-1: the current device). Never throws.
 void reset_peak_memory_stats(int device = -1) noexcept;
 
 /// Returns every cached (unused) block of every device to CUDA with cudaFree, after waiting for the device's

@@ -113,13 +113,18 @@ BOOST_AUTO_TEST_CASE(requests_round_to_their_size_class, MT_GPU_TEST) {
       {2 * kMiB, 2 * kMiB}, {3 * kMiB, 4 * kMiB}, {9 * kMiB + 7, 10 * kMiB},
   };
   std::vector<Tensor> alive;  // held, so that no case is served from another's freed block
+  const int64_t start = cu::memory_stats(0).requested_bytes;
   for (const Case& c : cases) {
-    const int64_t before = cu::memory_stats(0).allocated_bytes;
+    const cu::MemoryStats before = cu::memory_stats(0);
     alive.push_back(mt::empty({c.bytes}, on_gpu(mt::kU8)));
-    BOOST_TEST(cu::memory_stats(0).allocated_bytes - before == c.expect, "a request of " << c.bytes << " bytes");
+    const cu::MemoryStats after = cu::memory_stats(0);
+    BOOST_TEST(after.allocated_bytes - before.allocated_bytes == c.expect, "a request of " << c.bytes << " bytes");
+    BOOST_TEST(after.requested_bytes - before.requested_bytes == c.bytes, "a request of " << c.bytes << " bytes");
   }
   const cu::MemoryStats s = cu::memory_stats(0);
   BOOST_TEST(s.reserved_bytes == s.allocated_bytes);  // everything reserved is in use
+  alive.clear();
+  BOOST_TEST(cu::memory_stats(0).requested_bytes == start);  // each free gave back what its tensor asked for
 }
 
 BOOST_AUTO_TEST_CASE(peak_is_tracked_and_reset, MT_GPU_TEST) {
@@ -127,12 +132,22 @@ BOOST_AUTO_TEST_CASE(peak_is_tracked_and_reset, MT_GPU_TEST) {
   cu::reset_peak_memory_stats(0);
   const int64_t base = cu::memory_stats(0).allocated_bytes;
   BOOST_TEST(cu::memory_stats(0).peak_allocated_bytes == base);
-  { const Tensor big = mt::empty({8 * kMiB}, on_gpu(mt::kU8)); }
+  const cu::MemoryStats before = cu::memory_stats(0);
+  BOOST_TEST(before.peak_requested_bytes == before.requested_bytes);
+  BOOST_TEST(before.peak_reserved_bytes == before.reserved_bytes);
+  { const Tensor big = mt::empty({8 * kMiB + 100}, on_gpu(mt::kU8)); }  // a block of 10 MiB, new: the cache was emptied
   const cu::MemoryStats after = cu::memory_stats(0);
   BOOST_TEST(after.allocated_bytes == base);
-  BOOST_TEST(after.peak_allocated_bytes == base + 8 * kMiB);
+  BOOST_TEST(after.peak_allocated_bytes == base + 10 * kMiB);
+  BOOST_TEST(after.peak_requested_bytes == before.requested_bytes + 8 * kMiB + 100);
+  BOOST_TEST(after.peak_reserved_bytes == before.reserved_bytes + 10 * kMiB);
+  BOOST_TEST(after.reserved_bytes == before.reserved_bytes + 10 * kMiB);  // cached
+  cu::empty_cache();
   cu::reset_peak_memory_stats(0);
-  BOOST_TEST(cu::memory_stats(0).peak_allocated_bytes == base);
+  const cu::MemoryStats reset = cu::memory_stats(0);
+  BOOST_TEST(reset.peak_allocated_bytes == base);
+  BOOST_TEST(reset.peak_requested_bytes == reset.requested_bytes);
+  BOOST_TEST(reset.peak_reserved_bytes == reset.reserved_bytes);
 }
 
 BOOST_AUTO_TEST_CASE(empty_cache_returns_reserved_to_allocated, MT_GPU_TEST) {
