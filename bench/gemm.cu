@@ -11,13 +11,15 @@
 // the median of the pairs' ratios, the TFLOP/s (2mnk / time) each side's median. Prints the ratios the
 // issue set as targets, and the registers / shared memory of every WMMA instantiation. Where the automatic
 // choice splits K over thread-block clusters (sm_90, the MNIST shapes), it also times that against the same
-// small tile unsplit.
+// small tile unsplit. First it times the launch floor: idle kernels of the small tile's shape as graph nodes,
+// plain and as clusters of 2, 4 and 8 blocks (what a split-K launch costs before any work).
 //
 // The MNIST products last 1-12 µs, close to what a host launch costs, so a burst of launches can time the host
 // as much as the GPU (and clocks move between shapes: cuBLAS measured 7.7 and then 12.4 TFLOP/s at 128 × 512 ×
 // 784 on two H100 runs). For them the program also times device work alone: each side's burst is captured once
 // into a CUDA graph and the two graphs are replayed in interleaved pairs, with the SM clock read on the device
-// (clock64 against %globaltimer) before and after, so a ratio comes with the clocks it was measured at.
+// (clock64 against %globaltimer) before and after, so a ratio comes with the clocks it was measured at, and
+// each graph's nodes are counted (one kernel a product for mixtape; cuBLAS may add a reduce kernel or a memset).
 //
 // Layouts: NN = A (m, k) · B (k, n); NT reads B stored (n, k) (Linear forward: x·Wᵀ); TN reads A stored
 // (k, m) (the weight gradient Xᵀ·dY). cuBLAS is column-major: row-major C = A·B is computed as
@@ -39,6 +41,7 @@
 #include <mixtape/core/error.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/check.h>
+#include <mixtape/cuda/cluster.cuh>
 #include <mixtape/cuda/gemm.cuh>
 #include <mixtape/ops/backend/kernels.h>
 #include <mixtape/cuda/runtime.h>
@@ -226,9 +229,15 @@ double sm_clock_mhz(cudaStream_t stream) {
   return h;
 }
 
-/// `reps` calls of `launch` (which launches on `stream`) captured into one executable CUDA graph.
+/// Nodes of a captured graph: kernels and the rest (memsets, copies: cuBLAS's split-K may clear a workspace).
+struct NodeCount {
+  size_t kernels = 0, others = 0;
+};
+
+/// `reps` calls of `launch` (which launches on `stream`) captured into one executable CUDA graph; with `nodes`, what
+/// the capture holds.
 template <class F>
-cudaGraphExec_t capture_graph(F& launch, int reps, cudaStream_t stream) {
+cudaGraphExec_t capture_graph(F& launch, int reps, cudaStream_t stream, NodeCount* nodes = nullptr) {
   cudaGraph_t graph = nullptr;
   MT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "bench: cudaStreamBeginCapture");
   try {
@@ -239,6 +248,20 @@ cudaGraphExec_t capture_graph(F& launch, int reps, cudaStream_t stream) {
     throw;
   }
   MT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph), "bench: cudaStreamEndCapture");
+  if (nodes) {
+    size_t count = 0;
+    std::vector<cudaGraphNode_t> all;
+    if (cudaGraphGetNodes(graph, nullptr, &count) == cudaSuccess) {
+      all.resize(count);
+      if (cudaGraphGetNodes(graph, all.data(), &count) != cudaSuccess) all.clear();
+    }
+    for (cudaGraphNode_t n : all) {
+      cudaGraphNodeType type{};
+      if (cudaGraphNodeGetType(n, &type) != cudaSuccess) continue;
+      ++(type == cudaGraphNodeTypeKernel ? nodes->kernels : nodes->others);
+    }
+    (void)cudaGetLastError();
+  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
@@ -249,16 +272,18 @@ cudaGraphExec_t capture_graph(F& launch, int reps, cudaStream_t stream) {
 struct GraphTiming {
   PairTiming t;
   double mhz_before, mhz_after;  // the SM clock (sm_clock_mhz) around the timed pairs
+  NodeCount ours, theirs;        // each graph's nodes (for `reps` products)
 };
 
 /// Device time alone: `reps` launches of each side captured into a graph, the two graphs replayed in 21 interleaved
 /// pairs after 20 ms of alternating warm-up (as time_pair, without the host's launch cost in the bursts).
 template <class F, class G>
 GraphTiming time_pair_graph(F&& ours, G&& theirs, int reps, cudaStream_t stream) {
-  cudaGraphExec_t g_ours = capture_graph(ours, reps, stream);
+  GraphTiming out{};
+  cudaGraphExec_t g_ours = capture_graph(ours, reps, stream, &out.ours);
   cudaGraphExec_t g_theirs = nullptr;
   try {
-    g_theirs = capture_graph(theirs, reps, stream);
+    g_theirs = capture_graph(theirs, reps, stream, &out.theirs);
   } catch (...) {
     cudaGraphExecDestroy(g_ours);
     throw;
@@ -277,7 +302,6 @@ GraphTiming time_pair_graph(F&& ours, G&& theirs, int reps, cudaStream_t stream)
   };
   double warm = 0;
   while (warm < 20.0) warm += (replay_ms(g_ours) + replay_ms(g_theirs)) * reps;
-  GraphTiming out{};
   out.mhz_before = sm_clock_mhz(stream);
   std::vector<double> a, b, r;
   for (int i = 0; i < 21; ++i) {
@@ -292,6 +316,83 @@ GraphTiming time_pair_graph(F&& ours, G&& theirs, int reps, cudaStream_t stream)
   MT_CUDA_CHECK(cudaGraphExecDestroy(g_theirs), "bench: cudaGraphExecDestroy");
   out.t = {median(a), median(b), median(r)};
   return out;
+}
+
+// ---- the launch floor: what a kernel node costs before it computes anything --------------------------------------
+
+/// Computes nothing: 128 threads and the small tile's 38 KB of dynamic shared memory, placed as a small-tile GEMM
+/// block is, then `barriers` cluster barriers (the split-K epilogue has two; no-ops outside a cluster).
+__global__ void __launch_bounds__(128) idle_kernel(int barriers) {
+  for (int i = 0; i < barriers; ++i) kc::cluster_sync();
+}
+
+constexpr size_t kIdleSmem = 38 * 1024;
+
+void launch_idle(int blocks, int cluster, int barriers, cudaStream_t stream) {
+  if (cluster <= 1) {
+    idle_kernel<<<blocks, 128, kIdleSmem, stream>>>(barriers);
+  } else {
+    cudaLaunchAttribute attribute{};
+    const cudaLaunchConfig_t config =
+        kc::cluster_launch_config(dim3(static_cast<unsigned>(blocks)), dim3(128), kIdleSmem, cluster, stream, attribute);
+    MT_CUDA_CHECK(cudaLaunchKernelEx(&config, idle_kernel, barriers), "bench: cudaLaunchKernelEx (idle_kernel, ",
+                  blocks, " blocks in clusters of ", cluster, ")");
+  }
+  MT_CUDA_CHECK_LAUNCH("idle_kernel (", blocks, " blocks, clusters of ", cluster, ")");
+}
+
+/// Microseconds a kernel node of `launch` costs on the device: 200 launches captured into a graph, the median of 21
+/// replays after 10 ms of warm-up, per launch.
+template <class F>
+double graph_us_per_launch(F&& launch, cudaStream_t stream) {
+  constexpr int kReps = 200;
+  cudaGraphExec_t g = capture_graph(launch, kReps, stream);
+  cudaEvent_t e0, e1;
+  MT_CUDA_CHECK(cudaEventCreate(&e0), "bench: cudaEventCreate");
+  MT_CUDA_CHECK(cudaEventCreate(&e1), "bench: cudaEventCreate");
+  auto replay_ms = [&] {
+    MT_CUDA_CHECK(cudaEventRecord(e0, stream), "bench: cudaEventRecord");
+    MT_CUDA_CHECK(cudaGraphLaunch(g, stream), "bench: cudaGraphLaunch");
+    MT_CUDA_CHECK(cudaEventRecord(e1, stream), "bench: cudaEventRecord");
+    MT_CUDA_CHECK(cudaEventSynchronize(e1), "bench: cudaEventSynchronize");
+    float ms = 0.0f;
+    MT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1), "bench: cudaEventElapsedTime");
+    return static_cast<double>(ms);
+  };
+  for (double warm = 0; warm < 10.0;) warm += replay_ms();
+  std::vector<double> t;
+  for (int i = 0; i < 21; ++i) t.push_back(replay_ms());
+  MT_CUDA_CHECK(cudaEventDestroy(e0), "bench: cudaEventDestroy");
+  MT_CUDA_CHECK(cudaEventDestroy(e1), "bench: cudaEventDestroy");
+  MT_CUDA_CHECK(cudaGraphExecDestroy(g), "bench: cudaGraphExecDestroy");
+  return median(t) * 1e3 / kReps;
+}
+
+/// The floor under the MNIST products' device time (bench/RESULTS.md's first hypothesis for their gap to cuBLAS:
+/// a cluster launch costs more as the split grows): idle kernels of the small tile's shape as one graph node each,
+/// plain and in clusters of 2, 4 and 8 blocks along x, without and with the split-K epilogue's two cluster barriers.
+/// 128 blocks is fc1's forward (16 tiles split 8); 16 blocks the same tiles unsplit.
+void launch_floor(const mt::cuda::DeviceProperties& props, cudaStream_t stream) {
+  std::printf("\nLaunch floor (graph replays of 200 idle kernels of 128 threads and %zu KB of shared memory), "
+              "us a kernel:\n", kIdleSmem / 1024);
+  try {
+    for (int blocks : {16, 128})
+      std::printf("  %3d blocks, no cluster                 %6.2f\n", blocks,
+                  graph_us_per_launch([&] { launch_idle(blocks, 1, 0, stream); }, stream));
+    if (props.major < 9) {
+      std::printf("  clusters: sm_%d%d has none\n", props.major, props.minor);
+      return;
+    }
+    for (int barriers : {0, 2}) {
+      std::printf("  128 blocks, clusters of 2 / 4 / 8, %d barriers:", barriers);
+      for (int cluster : {2, 4, 8})
+        std::printf(" %6.2f", graph_us_per_launch([&] { launch_idle(128, cluster, barriers, stream); }, stream));
+      std::printf("\n");
+    }
+  } catch (const std::exception& e) {
+    std::printf("  launch floor failed: %s\n", e.what());
+  }
+  std::fflush(stdout);
 }
 
 // ---- one shape ---------------------------------------------------------------------------------------------
@@ -426,10 +527,12 @@ Row run_shape(cublasHandle_t h, const Shape3& s) {
           time_pair_graph([&] { wmma_gemm(s, dtype, p.a, p.b, p.c_ours, kc::GemmTile::kAuto, g_capture.stream); },
                           [&] { cublas_gemm(h, s, dtype, p.a, p.b, p.c_ref); }, reps, g_capture.stream);
       (dtype == DType::kF16 ? row.graph_ratio_f16 : row.graph_ratio_bf16) = g.t.ratio;
+      const double per = static_cast<double>(reps);
       std::printf("%s  %-4s graph replay (%3d a graph): wmma %6.2f us  cublas %6.2f us  (%.2fx)  SM clock %4.0f -> "
-                  "%4.0f MHz\n",
+                  "%4.0f MHz  nodes a product: wmma %.1f kernel + %.1f other, cublas %.1f + %.1f\n",
                   row.label.c_str(), mt::dtype_name(dtype), reps, g.t.ours_ms * 1e3, g.t.theirs_ms * 1e3, g.t.ratio,
-                  g.mhz_before, g.mhz_after);
+                  g.mhz_before, g.mhz_after, g.ours.kernels / per, g.ours.others / per, g.theirs.kernels / per,
+                  g.theirs.others / per);
     } catch (const std::exception& e) {
       std::printf("%s  %-4s graph replay failed: %s\n", row.label.c_str(), mt::dtype_name(dtype), e.what());
       g_graph_failed = true;
@@ -504,6 +607,7 @@ int main(int argc, char** argv) {
     BENCH_CUBLAS(cublasSetStream(h, cudaStreamLegacy), "cublasSetStream");
     MT_CUDA_CHECK(cudaStreamCreateWithFlags(&g_capture.stream, cudaStreamNonBlocking), "bench: cudaStreamCreate");
     MT_CUDA_CHECK(cudaMalloc(&g_capture.workspace, CaptureStream::kWorkspaceBytes), "bench: cudaMalloc");
+    if (!g_once) launch_floor(props, g_capture.stream);
 
     // MNIST MLP, batch 128, Linear(in, out) with W stored (out, in): forward y = x·Wᵀ (NT),
     // dX = dY·W (NN), dW = dYᵀ·X (TN).
