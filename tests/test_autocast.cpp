@@ -5,6 +5,7 @@
 #include <mixtape/mixtape.h>
 
 #include "gradcheck.h"
+#include "test_util.h"
 
 namespace mt = mixtape;
 namespace utf = boost::unit_test;
@@ -263,6 +264,39 @@ BOOST_AUTO_TEST_CASE(precision_trace_of_a_forward_pass) {
   BOOST_TEST(trace.str() ==
              "cast:f16 cast:f16 cast:f16 linear:f16 relu:f16 cast:f16 linear:f16 cast:f32 cross_entropy:f32");
   BOOST_TEST(loss.dtype() == mt::kF32);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- the device -------------------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(autocast_gpu)
+
+// The CPU case above on a GPU: what the forward leaves is counted in the bytes tensors ask for
+// (cuda::MemoryStats::requested_bytes), and the copy cast again in backward gives the kept copy's bits.
+BOOST_AUTO_TEST_CASE(a_parameters_copy_is_made_again_in_backward_on_cuda, MT_GPU_TEST) {
+  for (mt::DType low : {mt::kF16, mt::kBF16}) {
+    BOOST_TEST_CONTEXT("autocast " << low) {
+      mt::manual_seed(12);
+      const mt::Device cuda = mt::Device::cuda();
+      mt::Tensor w = mt::randn({256, 512}).to(cuda).requires_grad_();
+      mt::Tensor x_leaf = mt::randn({32, 512}).to(cuda).requires_grad_();
+      const mt::Tensor v = mt::randn({32, 256}).to(cuda);
+      const mt::Tensor x = mt::relu(x_leaf);
+      const int64_t before = mt::cuda::memory_stats().requested_bytes;
+      mt::Tensor y;
+      {
+        mt::amp::Autocast ac(low);
+        y = mt::linear(x, w);
+      }
+      BOOST_TEST(mt::cuda::memory_stats().requested_bytes - before == 32 * 256 * 2 + 32 * 512 * 2);
+      mt::sum(y * v).backward();
+      mt::Tensor w2 = w.detach().clone().requires_grad_(), x2_leaf = x_leaf.detach().clone().requires_grad_();
+      mt::sum(mt::linear(mt::relu(x2_leaf).to(low), w2.to(low)) * v).backward();
+      BOOST_TEST(mt::test::expect_same_bits(x_leaf.grad(), x2_leaf.grad(), "dx through the remade copy"));
+      BOOST_TEST(mt::test::expect_same_bits(w.grad(), w2.grad(), "dW"));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
