@@ -134,18 +134,17 @@ void Ctx::save(const Tensor& t) {
   m_saved.push_back({Tensor(std::move(impl)), t.version(), Tensor(), DType::kF32});
 }
 
-const Tensor& Ctx::saved(size_t i) const {
+Tensor Ctx::saved(size_t i) const {
   MT_CHECK(!m_released, op_name, ": its saved tensors were already freed by a backward; call backward with "
                                  "retain_graph=true to run it again");
   MT_CHECK(i < m_saved.size(), op_name, ": saved tensor ", i, " requested, ", m_saved.size(), " saved");
-  Saved& s = m_saved[i];
+  const Saved& s = m_saved[i];
   if (s.source.defined()) {
     MT_CHECK(s.source.version() == s.version, op_name, ": saved tensor ", i, " (the ", s.dtype,
              " autocast copy of a parameter of shape ", s.source.shape(), ") cannot be made again: the parameter was "
              "modified in place after the forward (version ", s.source.version(), ", saved at version ", s.version,
              "); an optimizer step belongs after backward");
-    if (!s.tensor.defined()) s.tensor = raw::to(s.source, s.dtype);  // the forward's bits: one rounding of each
-    return s.tensor;
+    return raw::to(s.source, s.dtype);  // the forward's bits: one rounding of each element, as then
   }
   MT_CHECK(!s.tensor.defined() || s.tensor.version() == s.version, op_name, ": saved tensor ", i, " (shape ",
            s.tensor.shape(), ", ", s.tensor.dtype(), ") was modified in place after it was saved for backward (version ",

@@ -52,7 +52,7 @@ using Grads = std::vector<Tensor>;
 /// more than tensors derive from it: `struct Ctx : autograd::Ctx { Shape input_shape; };`
 ///
 /// Autocast's f16/bf16 copy of a parameter is not kept: the node keeps the f32 parameter (its module holds it
-/// anyway) and casts it again when backward first asks for it, the same bits one kernel later. Between forward and
+/// anyway) and casts it again each time backward asks for it, the same bits one kernel later. Between forward and
 /// backward a model then holds its low-precision activations and no second copy of its weights (PyTorch keeps the
 /// copies: a 4096-wide layer's is 32 MiB in f16).
 class Ctx {
@@ -61,9 +61,9 @@ class Ctx {
   /// parameter (Ctx's comment). Undefined tensors are kept as such.
   void save(const Tensor& t);
   template <class... Ts> void save_for_backward(const Ts&... ts) { (save(ts), ...); }
-  /// The i-th saved tensor; throws naming the op when it (or the parameter of a cast) was modified in place since
-  /// it was saved.
-  const Tensor& saved(size_t i) const;
+  /// The i-th saved tensor (a new cast of the parameter for a copy autocast made of one); throws naming the op when
+  /// it (or that parameter) was modified in place since it was saved.
+  Tensor saved(size_t i) const;
   size_t num_saved() const { return m_saved.size(); }
   /// Whether input `i` of the op needs a gradient (backward may skip the others).
   bool needs_input_grad(size_t i) const { return i < input_needs_grad.size() && input_needs_grad[i]; }
@@ -78,12 +78,12 @@ class Ctx {
 
  private:
   struct Saved {
-    Tensor tensor;         // a recast's: undefined until backward asks (saved() makes it)
-    uint64_t version = 0;  // the storage version of what was saved: the tensor, or the recast's source
-    Tensor source;         // a recast's: the parameter, cast to `dtype` on demand
+    Tensor tensor;         // undefined for a parameter's copy
+    uint64_t version = 0;  // the storage version of what was saved: the tensor, or the parameter
+    Tensor source;         // for a parameter's copy: the parameter, cast to `dtype` by saved()
     DType dtype = DType::kF32;
   };
-  mutable std::vector<Saved> m_saved;  // mutable: saved() casts a recast's parameter once
+  std::vector<Saved> m_saved;
   bool m_released = false;
 };
 
