@@ -269,6 +269,17 @@ cudaGraphExec_t capture_graph(F& launch, int reps, cudaStream_t stream, NodeCoun
   return exec;
 }
 
+/// Milliseconds one replay of `g` on `stream` takes, timed by the events e0 and e1.
+double replay_ms(cudaGraphExec_t g, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1) {
+  MT_CUDA_CHECK(cudaEventRecord(e0, stream), "bench: cudaEventRecord");
+  MT_CUDA_CHECK(cudaGraphLaunch(g, stream), "bench: cudaGraphLaunch");
+  MT_CUDA_CHECK(cudaEventRecord(e1, stream), "bench: cudaEventRecord");
+  MT_CUDA_CHECK(cudaEventSynchronize(e1), "bench: cudaEventSynchronize");
+  float ms = 0.0f;
+  MT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1), "bench: cudaEventElapsedTime");
+  return static_cast<double>(ms);
+}
+
 struct GraphTiming {
   PairTiming t;
   double mhz_before, mhz_after;  // the SM clock (sm_clock_mhz) around the timed pairs
@@ -291,22 +302,14 @@ GraphTiming time_pair_graph(F&& ours, G&& theirs, int reps, cudaStream_t stream)
   cudaEvent_t e0, e1;
   MT_CUDA_CHECK(cudaEventCreate(&e0), "bench: cudaEventCreate");
   MT_CUDA_CHECK(cudaEventCreate(&e1), "bench: cudaEventCreate");
-  auto replay_ms = [&](cudaGraphExec_t g) {
-    MT_CUDA_CHECK(cudaEventRecord(e0, stream), "bench: cudaEventRecord");
-    MT_CUDA_CHECK(cudaGraphLaunch(g, stream), "bench: cudaGraphLaunch");
-    MT_CUDA_CHECK(cudaEventRecord(e1, stream), "bench: cudaEventRecord");
-    MT_CUDA_CHECK(cudaEventSynchronize(e1), "bench: cudaEventSynchronize");
-    float ms = 0.0f;
-    MT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1), "bench: cudaEventElapsedTime");
-    return static_cast<double>(ms) / reps;
-  };
+  auto per_product_ms = [&](cudaGraphExec_t g) { return replay_ms(g, stream, e0, e1) / reps; };
   double warm = 0;
-  while (warm < 20.0) warm += (replay_ms(g_ours) + replay_ms(g_theirs)) * reps;
+  while (warm < 20.0) warm += (per_product_ms(g_ours) + per_product_ms(g_theirs)) * reps;
   out.mhz_before = sm_clock_mhz(stream);
   std::vector<double> a, b, r;
   for (int i = 0; i < 21; ++i) {
-    a.push_back(replay_ms(g_ours));
-    b.push_back(replay_ms(g_theirs));
+    a.push_back(per_product_ms(g_ours));
+    b.push_back(per_product_ms(g_theirs));
     r.push_back(b.back() / a.back());
   }
   out.mhz_after = sm_clock_mhz(stream);
@@ -333,8 +336,8 @@ void launch_idle(int blocks, int cluster, int barriers, cudaStream_t stream) {
     idle_kernel<<<blocks, 128, kIdleSmem, stream>>>(barriers);
   } else {
     cudaLaunchAttribute attribute{};
-    const cudaLaunchConfig_t config =
-        kc::cluster_launch_config(dim3(static_cast<unsigned>(blocks)), dim3(128), kIdleSmem, cluster, stream, attribute);
+    const cudaLaunchConfig_t config = kc::cluster_launch_config(dim3(static_cast<unsigned>(blocks)), dim3(128),
+                                                                kIdleSmem, cluster, stream, attribute);
     MT_CUDA_CHECK(cudaLaunchKernelEx(&config, idle_kernel, barriers), "bench: cudaLaunchKernelEx (idle_kernel, ",
                   blocks, " blocks in clusters of ", cluster, ")");
   }
@@ -350,18 +353,9 @@ double graph_us_per_launch(F&& launch, cudaStream_t stream) {
   cudaEvent_t e0, e1;
   MT_CUDA_CHECK(cudaEventCreate(&e0), "bench: cudaEventCreate");
   MT_CUDA_CHECK(cudaEventCreate(&e1), "bench: cudaEventCreate");
-  auto replay_ms = [&] {
-    MT_CUDA_CHECK(cudaEventRecord(e0, stream), "bench: cudaEventRecord");
-    MT_CUDA_CHECK(cudaGraphLaunch(g, stream), "bench: cudaGraphLaunch");
-    MT_CUDA_CHECK(cudaEventRecord(e1, stream), "bench: cudaEventRecord");
-    MT_CUDA_CHECK(cudaEventSynchronize(e1), "bench: cudaEventSynchronize");
-    float ms = 0.0f;
-    MT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1), "bench: cudaEventElapsedTime");
-    return static_cast<double>(ms);
-  };
-  for (double warm = 0; warm < 10.0;) warm += replay_ms();
+  for (double warm = 0; warm < 10.0;) warm += replay_ms(g, stream, e0, e1);
   std::vector<double> t;
-  for (int i = 0; i < 21; ++i) t.push_back(replay_ms());
+  for (int i = 0; i < 21; ++i) t.push_back(replay_ms(g, stream, e0, e1));
   MT_CUDA_CHECK(cudaEventDestroy(e0), "bench: cudaEventDestroy");
   MT_CUDA_CHECK(cudaEventDestroy(e1), "bench: cudaEventDestroy");
   MT_CUDA_CHECK(cudaGraphExecDestroy(g), "bench: cudaGraphExecDestroy");

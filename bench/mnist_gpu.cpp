@@ -14,7 +14,8 @@
 //   held_mib     what tensors still ask for after the last step, less the dataset's: the parameters, gradients and
 //                optimizer and scaler states; peak_mib − held_mib is what a step's activations and temporaries added
 //   kept_mib     what the forward (under autocast) leaves for backward: the tensors alive after it less those
-//                alive before it, in the last eager step (activations, and whatever else the tape saved)
+//                alive before it, in the last step the host ran (eager, or the one --cuda-graph captured): the
+//                activations and whatever else the tape saved
 //   alloc_peak_mib, reserved_peak_mib  the same peak in the caching allocator's blocks (size classes) and in what
 //                it took from cudaMalloc, less the dataset's (cuda/runtime.h, MemoryStats)
 //   accuracy     the test set's after the last epoch (batches of 1000 under the same autocast)
@@ -129,7 +130,7 @@ int run(const Options& opt) {
   MT_CHECK(steps >= 2, "bench_mnist_gpu: an epoch of ", steps, " step(s) has no steady state to time");
   MT_CHECK(!opt.cuda_graph || device.is_cuda(), "bench_mnist_gpu: --cuda-graph needs --device cuda");
 
-  int64_t kept = 0;  // what the last eager step's forward left for backward
+  int64_t kept = 0;  // what the forward of the last step the host ran left for backward
   mnist::GraphedStep train_step([&](const mt::Tensor& x, const mt::Tensor& y) {
     optimizer.zero_grad();
     const int64_t before_forward = memory(device).requested;

@@ -21,7 +21,7 @@ Memory, beyond what the dataset holds, in two views that both frameworks count a
              process really took from the device (mixtape rounds blocks above 1 MiB to 2 MiB and never splits them;
              PyTorch carves large tensors out of 20 MiB segments)
   held       what tensors still ask for after the last step (parameters, gradients, optimizer states)
-  fwd keeps  what the forward under autocast leaves for backward (the last eager step): the activations the seeds'
+  fwd keeps  what the forward under autocast leaves for backward (a step the host ran): the activations the seeds'
              "activation memory about halved" is about, plus whatever else the tape saves (PyTorch keeps autocast's
              f16/bf16 copy of a weight whose layer's input needs a gradient; mixtape casts it again in backward)
 The JSON lines also carry PyTorch's max_memory_allocated and mixtape's blocks (alloc_peak_mib).

@@ -23,6 +23,12 @@ int count(const mt::autograd::PrecisionTrace& trace, const std::string& op) {
   return n;
 }
 
+/// linear(relu(x_leaf), w) under autocast to `low`: a layer whose input needs a gradient, so it saves w's copy.
+mt::Tensor linear_of_an_activation(mt::DType low, const mt::Tensor& x_leaf, const mt::Tensor& w) {
+  mt::amp::Autocast ac(low);
+  return mt::linear(mt::relu(x_leaf), w);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(autocast, *utf::label("cpu"))
@@ -191,11 +197,7 @@ BOOST_AUTO_TEST_CASE(a_parameters_saved_copy_is_made_again_in_backward_not_kept)
 BOOST_AUTO_TEST_CASE(a_remade_copy_serves_a_retained_graph_twice) {
   mt::Tensor w = mt::randn({8, 16}).requires_grad_();
   mt::Tensor x_leaf = mt::randn({4, 16}).requires_grad_();
-  mt::Tensor y;
-  {
-    mt::amp::Autocast ac(mt::kBF16);
-    y = mt::linear(mt::relu(x_leaf), w);
-  }
+  const mt::Tensor y = linear_of_an_activation(mt::kBF16, x_leaf, w);
   mt::sum(y).backward({}, /*retain_graph=*/true);
   const mt::Tensor once = x_leaf.grad().clone();
   mt::sum(y).backward();
@@ -208,11 +210,7 @@ BOOST_AUTO_TEST_CASE(a_remade_copy_serves_a_retained_graph_twice) {
 BOOST_AUTO_TEST_CASE(a_parameter_changed_before_backward_cannot_be_cast_again) {
   mt::Tensor w = mt::randn({8, 16}).requires_grad_();
   mt::Tensor x_leaf = mt::randn({4, 16}).requires_grad_();
-  mt::Tensor y;
-  {
-    mt::amp::Autocast ac(mt::kF16);
-    y = mt::linear(mt::relu(x_leaf), w);
-  }
+  const mt::Tensor y = linear_of_an_activation(mt::kF16, x_leaf, w);
   {
     mt::autograd::NoGradGuard ng;
     w.fill_(0.5);
