@@ -12,7 +12,7 @@ foreach(_probe IN LISTS _probes)
   if(_probe MATCHES "_cannot_see_")
     if(_rc EQUAL 0)
       string(APPEND _failures "\n  ${_probe}: compiled, but its layer must not see that header")
-    elseif(NOT "${_out}${_err}" MATCHES "No such file or directory")
+    elseif(NOT "${_out}${_err}" MATCHES "No such file or directory|file not found")  # GCC's words, clang's
       string(APPEND _failures "\n  ${_probe}: failed for another reason than a missing header:\n${_out}${_err}")
     else()
       message(STATUS "${_probe}: refused, as it must be")
