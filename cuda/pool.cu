@@ -41,7 +41,7 @@ __device__ __forceinline__ M minus_infinity() {
 /// for a window of padding only). The first of equal maxima wins; a NaN wins and stays. Overwrites y and indices.
 template <class T>
 __global__ void __launch_bounds__(kBlockThreads) max_pool2d_fwd_kernel(T* __restrict__ y,               // (N, C, H_out, W_out)
-                                                                     int64_t* __restrict__ indices,   // (N, C, H_out, W_out)
+                                                                     int32_t* __restrict__ indices,   // (N, C, H_out, W_out)
                                                                      const T* __restrict__ x,         // (N, C, H, W), contiguous
                                                                      Planes p, Window2d w, int64_t total) {
   using M = opmath_t<T>;
@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kBlockThreads) max_pool2d_fwd_kernel(T* __rest
       }
     }
     y[i] = idx >= 0 ? src[idx] : convert<T>(best);
-    indices[i] = idx;
+    indices[i] = static_cast<int32_t>(idx);  // a plane has fewer than 2^31 pixels (ops/pool.cpp checks)
   }
 }
 
@@ -93,7 +93,7 @@ __device__ __forceinline__ void for_each_covering_window(int64_t ih, int64_t iw,
 template <class T>
 __global__ void __launch_bounds__(kBlockThreads) max_pool2d_bwd_kernel(T* __restrict__ dx,                   // (N, C, H, W)
                                                                      const T* __restrict__ dy,             // (N, C, H_out, W_out)
-                                                                     const int64_t* __restrict__ indices,  // (N, C, H_out, W_out)
+                                                                     const int32_t* __restrict__ indices,  // (N, C, H_out, W_out)
                                                                      Planes p, Window2d w, int64_t total) {
   using M = opmath_t<T>;
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
@@ -155,13 +155,13 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
   const Planes p = planes_of(x.shape(), w);
   const Shape out_shape{x.size(0), x.size(1), p.ho, p.wo};
   MaxPoolResult r{empty(out_shape, TensorOptions(x.dtype()).device(x.device())),
-                  empty(out_shape, TensorOptions(DType::kI64).device(x.device()))};
+                  empty(out_shape, TensorOptions(DType::kI32).device(x.device()))};
   const int64_t total = r.y.numel();
   if (total == 0) return r;
   dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
     max_pool2d_fwd_kernel<T><<<grid_blocks(total), kBlockThreads, 0, launch_stream()>>>(
-        r.y.data<T>(), r.indices.data<int64_t>(), x.data<T>(), p, w, total);
+        r.y.data<T>(), r.indices.data<int32_t>(), x.data<T>(), p, w, total);
     MT_CUDA_CHECK_LAUNCH("max_pool2d_fwd_kernel (", x.dtype(), ", input ", x.shape(), " on ", x.device(), ")");
   });
   return r;
@@ -178,7 +178,7 @@ Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const 
   dispatch_floating(dy.dtype(), "max_pool2d_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     max_pool2d_bwd_kernel<T><<<grid_blocks(total), kBlockThreads, 0, launch_stream()>>>(
-        dx.data<T>(), dy.data<T>(), indices.data<int64_t>(), p, w, total);
+        dx.data<T>(), dy.data<T>(), indices.data<int32_t>(), p, w, total);
     MT_CUDA_CHECK_LAUNCH("max_pool2d_bwd_kernel (", dy.dtype(), ", dy ", dy.shape(), " on ", dy.device(), ")");
   });
   return dx;

@@ -4,7 +4,11 @@
 // of f16 values computed in f32 is safe, so they run in whatever dtype the
 // input has. Inputs are (N, C, H, W) or unbatched (C, H, W); the kernels see
 // 4-D only. max_pool2d saves the argmax indices (not the input), so its
-// backward is one scatter-add.
+// backward is one scatter-add; int32 ones (PyTorch keeps int64, and the input):
+// the MNIST CNN's pool keeps 4.5 MiB instead of 9 between forward and backward.
+#include <cstdint>
+#include <limits>
+
 #include <mixtape/autograd/function.h>
 #include <mixtape/ops/check.h>
 #include <mixtape/ops/ops.h>
@@ -62,8 +66,12 @@ struct MaxPool2d {
   static constexpr Precision kPrecision = Precision::kPassthrough;  // selects inputs: exact in any dtype
   using Ctx = PoolCtx;
   static Tensor forward(Ctx& ctx, const Tensor& x, const Pool2dOptions& o) {
-    kernels::MaxPoolResult r = kernels::max_pool2d(ctx.begin(kName, x, o), ctx.window);
-    ctx.save_for_backward(r.indices);  // (N, C, H_out, W_out) flat positions in each H·W plane
+    const Tensor x4 = ctx.begin(kName, x, o);
+    const int64_t plane = x4.size(2) * x4.size(3);
+    MT_CHECK(plane <= std::numeric_limits<int32_t>::max(), kName, ": input ", x.shape(), " has planes of ", plane,
+             " pixels; its argmax indices (int32) address at most 2^31 - 1");
+    kernels::MaxPoolResult r = kernels::max_pool2d(x4, ctx.window);
+    ctx.save_for_backward(r.indices);  // (N, C, H_out, W_out) int32 flat positions in each H·W plane: half of int64's
     return ctx.unbatch(r.y);
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {

@@ -85,17 +85,17 @@ BOOST_AUTO_TEST_CASE(max_pool_indices_and_padding, MT_CPU_TEST) {
   const Tensor x = mt::from_vector(negatives, {1, 1, 4, 4});
   mt::kernels::Window2d w{{3, 3}, {1, 1}, {1, 1}, {1, 1}};
   const mt::kernels::MaxPoolResult r = mt::kernels::max_pool2d(x, w);
-  BOOST_TEST(r.indices.dtype() == mt::kI64);
+  BOOST_TEST(r.indices.dtype() == mt::kI32);
   // The max of each 3x3 window is its top-left element inside the plane.
-  const std::vector<int64_t> expected_idx = {0, 0, 1, 2, 0, 0, 1, 2, 4, 4, 5, 6, 8, 8, 9, 10};
-  BOOST_TEST(r.indices.to_vector<int64_t>() == expected_idx, boost::test_tools::per_element());
+  const std::vector<int32_t> expected_idx = {0, 0, 1, 2, 0, 0, 1, 2, 4, 4, 5, 6, 8, 8, 9, 10};
+  BOOST_TEST(r.indices.to_vector<int32_t>() == expected_idx, boost::test_tools::per_element());
   for (int64_t i = 0; i < 16; ++i) BOOST_TEST(r.y.to_vector<double>()[i] == -1.0 - expected_idx[i]);
 
   // Kernel 2, stride 2 on distinct values: the index of each window's largest element.
   const Tensor d =
       mt::from_vector(std::vector<float>{1, 5, 2, 0, 3, 4, 8, 9, 7, 6, -1, -2, 10, 11, -3, 12}, {1, 1, 4, 4});
   const mt::kernels::MaxPoolResult q = mt::kernels::max_pool2d(d, {{2, 2}, {2, 2}, {0, 0}, {1, 1}});
-  BOOST_TEST(q.indices.to_vector<int64_t>() == (std::vector<int64_t>{1, 7, 13, 15}), boost::test_tools::per_element());
+  BOOST_TEST(q.indices.to_vector<int32_t>() == (std::vector<int32_t>{1, 7, 13, 15}), boost::test_tools::per_element());
   BOOST_TEST(q.y.to_vector<double>() == (std::vector<double>{5, 9, 11, 12}), boost::test_tools::per_element());
 
   // NaN propagates, like PyTorch.
@@ -116,7 +116,7 @@ BOOST_AUTO_TEST_CASE(max_pool_ties_and_nans_follow_the_definition, MT_CPU_TEST) 
         const mt::kernels::MaxPoolResult r = mt::kernels::max_pool2d(x, c.w);
         const Shape out = pooled(c.input, c.w);
         const std::vector<double> xv = x.to_vector<double>(), yv = r.y.to_vector<double>();
-        const std::vector<int64_t> iv = r.indices.to_vector<int64_t>();
+        const std::vector<int32_t> iv = r.indices.to_vector<int32_t>();
         const int64_t h = c.input[2], wd = c.input[3], planes = c.input[0] * c.input[1];
         int64_t wrong = 0;
         for (int64_t nc = 0; nc < planes; ++nc)
@@ -174,6 +174,10 @@ BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes, MT_CPU_TEST) {
                {"avg_pool2d: padding should be at most half of the kernel size"});
   expect_error([&] { mt::max_pool2d(mt::randn({1, 2, 2}), pool_options(3, 1, 0)); },
                {"max_pool2d: the height of the (dilated) kernel, 3, exceeds the padded input's, 2"});
+  // Planes of 2^31 pixels (a broadcast view: one element of memory) are more than int32 indices address.
+  const Tensor huge = mt::zeros({1, 1, 1, 1}).expand({1, 1, 65536, 32768});
+  expect_error([&] { mt::max_pool2d(huge); },
+               {"max_pool2d: input [1, 1, 65536, 32768] has planes of 2147483648 pixels", "int32"});
 }
 
 // ---- CUDA against the CPU ---------------------------------------------------------------------

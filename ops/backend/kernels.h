@@ -118,7 +118,7 @@ struct Conv2dWeightGrads {
 };
 
 struct MaxPoolResult {
-  Tensor y, indices;  // (N, C, H_out, W_out); indices kI64, flat positions in each H·W plane
+  Tensor y, indices;  // (N, C, H_out, W_out); indices kI32, flat positions in each H·W plane (of < 2^31 pixels)
 };
 
 // ---- the kernels -------------------------------------------------------------------------------
@@ -265,7 +265,7 @@ struct MaxPoolResult {
 #define MT_KERNELS_POOL(X)                                                                                     \
   X(MaxPoolResult, max_pool2d, (const Tensor& x, const Window2d& w), (x, w), is_floating(x.dtype()))          \
   X(Tensor, max_pool2d_backward, (const Tensor& dy, const Tensor& indices, const Shape& input_shape,           \
-    const Window2d& w), (dy, indices, input_shape, w), is_floating(dy.dtype()) && indices.dtype() == DType::kI64) \
+    const Window2d& w), (dy, indices, input_shape, w), is_floating(dy.dtype()) && indices.dtype() == DType::kI32) \
   X(Tensor, avg_pool2d, (const Tensor& x, const Window2d& w), (x, w), is_floating(x.dtype()))                 \
   X(Tensor, avg_pool2d_backward, (const Tensor& dy, const Shape& input_shape, const Window2d& w),              \
     (dy, input_shape, w), is_floating(dy.dtype()))

@@ -45,7 +45,7 @@ __attribute__((target("avx512f"))) inline void take_tap(__m512 v, __m512i pos, _
 /// tap taking the window when it is greater than the best so far or is the first NaN (the rule of the scalar loop).
 /// Positions are computed in 32 bits: the caller checks that a plane has fewer than 2^31 pixels.
 __attribute__((target("avx512f"))) void max_pool_2x2_avx512(const float* src, int64_t w, int64_t ho, int64_t wo,
-                                                             float* dst, int64_t* idx) {
+                                                             float* dst, int32_t* idx) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   const __m512i down = _mm512_set1_epi32(static_cast<int>(w));
@@ -67,16 +67,13 @@ __attribute__((target("avx512f"))) void max_pool_2x2_avx512(const float* src, in
       take_tap(_mm512_permutex2var_ps(r1a, odd, r1b), _mm512_add_epi32(below, _mm512_set1_epi32(1)), best, at);
       const __mmask16 out = static_cast<__mmask16>((1u << n) - 1u);
       _mm512_mask_storeu_ps(dst + oh * wo + ow, out, best);
-      _mm512_mask_storeu_epi64(idx + oh * wo + ow, static_cast<__mmask8>(out),
-                               _mm512_cvtepi32_epi64(_mm512_castsi512_si256(at)));
-      _mm512_mask_storeu_epi64(idx + oh * wo + ow + 8, static_cast<__mmask8>(out >> 8),
-                               _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(at, 1)));
+      _mm512_mask_storeu_epi32(idx + oh * wo + ow, out, at);
     }
   }
 }
 #pragma GCC diagnostic pop
 #else
-void max_pool_2x2_avx512(const float*, int64_t, int64_t, int64_t, float*, int64_t*) {}
+void max_pool_2x2_avx512(const float*, int64_t, int64_t, int64_t, float*, int32_t*) {}
 #endif
 
 }  // namespace
@@ -84,14 +81,14 @@ void max_pool_2x2_avx512(const float*, int64_t, int64_t, int64_t, float*, int64_
 MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
   const Tensor x = raw::contiguous(x_in);
   const Planes p = planes_of(x.shape(), w);
-  MaxPoolResult r{empty({p.n, p.c, p.ho, p.wo}, x.dtype()), empty({p.n, p.c, p.ho, p.wo}, DType::kI64)};
+  MaxPoolResult r{empty({p.n, p.c, p.ho, p.wo}, x.dtype()), empty({p.n, p.c, p.ho, p.wo}, DType::kI32)};
   if (r.y.numel() == 0) return r;
   dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
     const T* xp = x.data<T>();
     T* yp = r.y.data<T>();
-    int64_t* ip = r.indices.data<int64_t>();
+    int32_t* ip = r.indices.data<int32_t>();
     // The window at (oh, ow) of one plane: the position of its first maximum, or of its first NaN (NaN wins), or -1
     // when every tap is padding. Only taps inside the plane are compared (padding is -inf that never wins), the best
     // value kept in a register (the MNIST net's 2x2 pool: 4x faster than a per-plane buffer of running maxima).
@@ -115,7 +112,7 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
     // comparisons go without branches (a NaN is taken when the best so far is not one: the first NaN wins).
     const bool two_by_two = w.kernel[0] == 2 && w.kernel[1] == 2 && w.stride[0] == 2 && w.stride[1] == 2 &&
                             w.padding[0] == 0 && w.padding[1] == 0 && w.dilation[0] == 1 && w.dilation[1] == 1;
-    auto pool_2x2 = [&](const T* src, T* dst, int64_t* idx) {
+    auto pool_2x2 = [&](const T* src, T* dst, int32_t* idx) {
       for (int64_t oh = 0; oh < p.ho; ++oh) {
         const T* r0 = src + 2 * oh * p.w;
         const T* r1 = r0 + p.w;
@@ -132,7 +129,7 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
           take(r0[2 * ow + 1], at0 + 1);
           take(r1[2 * ow], at0 + p.w);
           take(r1[2 * ow + 1], at0 + p.w + 1);
-          idx[oh * p.wo + ow] = at;
+          idx[oh * p.wo + ow] = static_cast<int32_t>(at);
           dst[oh * p.wo + ow] = convert<T>(best);  // exact: best is one of the taps
         }
       }
@@ -141,7 +138,7 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
     for (int64_t nc = 0; nc < p.count(); ++nc) {
       const T* src = xp + nc * p.in_plane();
       T* dst = yp + nc * p.out_plane();
-      int64_t* idx = ip + nc * p.out_plane();
+      int32_t* idx = ip + nc * p.out_plane();
       if (two_by_two) {
         if constexpr (std::is_same_v<T, float>) {
           if (has_avx512f() && p.in_plane() < (int64_t{1} << 31)) {
@@ -155,7 +152,7 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
       for (int64_t oh = 0; oh < p.ho; ++oh)
         for (int64_t ow = 0; ow < p.wo; ++ow) {
           const int64_t o = oh * p.wo + ow, at = window_argmax(src, oh, ow);
-          idx[o] = at;
+          idx[o] = static_cast<int32_t>(at);
           // A window whose every tap is padding (only possible with a dilation wider than the input) gives -inf.
           dst[o] = at >= 0 ? src[at] : convert<T>(-std::numeric_limits<M>::infinity());
         }
@@ -174,7 +171,7 @@ Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const 
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
     const T* gp = dy.data<T>();
-    const int64_t* ip = indices.data<int64_t>();
+    const int32_t* ip = indices.data<int32_t>();
     T* xp = dx.data<T>();
 #pragma omp parallel if (dx.numel() >= kParallelMin)
     {
@@ -182,7 +179,7 @@ Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const 
 #pragma omp for schedule(static)
       for (int64_t nc = 0; nc < count; ++nc) {
         const T* g = gp + nc * out_plane;
-        const int64_t* idx = ip + nc * out_plane;
+        const int32_t* idx = ip + nc * out_plane;
         accumulate_into(xp + nc * in_plane, in_plane, scratch, [&](M* acc) {
           for (int64_t o = 0; o < out_plane; ++o)
             if (idx[o] >= 0) acc[idx[o]] += static_cast<M>(g[o]);
