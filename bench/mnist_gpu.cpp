@@ -14,8 +14,8 @@
 //   held_mib     what tensors still ask for after the last step, less the dataset's: the parameters, gradients and
 //                optimizer and scaler states; peak_mib − held_mib is what a step's activations and temporaries added
 //   kept_mib     what the forward (under autocast) leaves for backward: the tensors alive after it less those
-//                alive before it, in the last step the host ran (eager, or the one --cuda-graph captured): the
-//                activations and whatever else the tape saved
+//                alive before it, in the second step (eager, a warm-up one unless --warmup < 2): the activations
+//                and whatever else the tape saved
 //   alloc_peak_mib, reserved_peak_mib  the same peak in the caching allocator's blocks (size classes) and in what
 //                it took from cudaMalloc, less the dataset's (cuda/runtime.h, MemoryStats)
 //   accuracy     the test set's after the last epoch (batches of 1000 under the same autocast)
@@ -130,16 +130,17 @@ int run(const Options& opt) {
   MT_CHECK(steps >= 2, "bench_mnist_gpu: an epoch of ", steps, " step(s) has no steady state to time");
   MT_CHECK(!opt.cuda_graph || device.is_cuda(), "bench_mnist_gpu: --cuda-graph needs --device cuda");
 
-  int64_t kept = 0;  // what the forward of the last step the host ran left for backward
+  int64_t kept = 0;        // what the second step's forward left for backward
+  bool count_kept = false;  // set for that step (as the PyTorch side, which counts in that step only)
   mnist::GraphedStep train_step([&](const mt::Tensor& x, const mt::Tensor& y) {
     optimizer.zero_grad();
-    const int64_t before_forward = memory(device).requested;
+    const int64_t before_forward = count_kept ? memory(device).requested : 0;
     mt::Tensor step_loss;
     {
       mt::amp::Autocast ac(bf16 ? mt::kBF16 : mt::kF16, fp16 || bf16);
       step_loss = mt::cross_entropy(model->forward(x), y);
     }
-    kept = memory(device).requested - before_forward;
+    if (count_kept) kept = memory(device).requested - before_forward;
     if (fp16) {
       scaler.scale(step_loss).backward();
       scaler.step_on_device(optimizer);  // skipped on the device when a gradient overflowed: no host read
@@ -164,6 +165,7 @@ int run(const Options& opt) {
         steady_start = Clock::now();
       }
       const auto [x, y] = train_data.batch(perm, s * opt.batch_size, opt.batch_size);
+      count_kept = epoch == 0 && s == 1;
       loss = train_step(x, y);
     }
     sync(device);

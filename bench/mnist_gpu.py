@@ -21,7 +21,7 @@ Memory, beyond what the dataset holds, in two views that both frameworks count a
              process really took from the device (mixtape rounds blocks above 1 MiB to 2 MiB and never splits them;
              PyTorch carves large tensors out of 20 MiB segments)
   held       what tensors still ask for after the last step (parameters, gradients, optimizer states)
-  fwd keeps  what the forward under autocast leaves for backward (a step the host ran): the activations the seeds'
+  fwd keeps  what the forward under autocast leaves for backward (the second step): the activations the seeds'
              "activation memory about halved" is about, plus whatever else the tape saves (PyTorch keeps autocast's
              f16/bf16 copy of a weight whose layer's input needs a gradient; mixtape casts it again in backward)
 The JSON lines also carry PyTorch's max_memory_allocated and mixtape's blocks (alloc_peak_mib).
@@ -199,6 +199,7 @@ def train_pytorch(args, seed, model_name, precision, weights, fused, data):
     generator = torch.Generator(device=device).manual_seed(seed)
     train_seconds, steady_seconds = 0.0, 0.0
     skipped_before = 0.0
+    kept = None  # bytes the second step's forward kept (CUDA only)
     model.train()
     for epoch in range(args.epochs):
         epoch_start = time.perf_counter()
@@ -210,10 +211,13 @@ def train_pytorch(args, seed, model_name, precision, weights, fused, data):
             idx = perm[s * args.batch_size:(s + 1) * args.batch_size]
             x, y = train_x.index_select(0, idx), train_y.index_select(0, idx)
             optimizer.zero_grad(set_to_none=True)
-            before_forward = memory(device)["requested"] if device.type == "cuda" else 0
+            # What the forward keeps, counted in the second step (warm-up: torch.cuda.memory_stats builds a dict of
+            # every statistic, too slow for a timed step).
+            measure = device.type == "cuda" and epoch == 0 and s == 1
+            before_forward = memory(device)["requested"] if measure else 0
             with autocast(device, amp_dtype):
                 loss = F.cross_entropy(model(x), y)
-            if device.type == "cuda":
+            if measure:
                 kept = memory(device)["requested"] - before_forward
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -227,7 +231,7 @@ def train_pytorch(args, seed, model_name, precision, weights, fused, data):
         now = memory(device)
         sizes = {"peak_mib": (now["peak_requested"] - baseline["requested"]) / 2**20,
                  "held_mib": (now["requested"] - baseline["requested"]) / 2**20,
-                 "kept_mib": kept / 2**20,
+                 "kept_mib": None if kept is None else kept / 2**20,
                  "alloc_peak_mib": (now["peak_allocated"] - baseline["allocated"]) / 2**20,
                  "reserved_peak_mib": (now["peak_reserved"] - baseline["reserved"]) / 2**20}
     model.eval()
