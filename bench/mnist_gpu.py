@@ -198,7 +198,6 @@ def train_pytorch(args, seed, model_name, precision, weights, fused, data):
     warmup = min(args.warmup, steps - 1)
     generator = torch.Generator(device=device).manual_seed(seed)
     train_seconds, steady_seconds = 0.0, 0.0
-    skipped_before = 0.0
     kept = None  # bytes the second step's forward kept (CUDA only)
     model.train()
     for epoch in range(args.epochs):
