@@ -43,7 +43,7 @@ __attribute__((target("avx512f"))) inline void take_tap(__m512 v, __m512i pos, _
 
 /// One f32 plane's 2x2 max-pool of stride 2 (no padding), sixteen windows per step: the taps in (kh, kw) order, a
 /// tap taking the window when it is greater than the best so far or is the first NaN (the rule of the scalar loop).
-/// Positions are computed in 32 bits: the caller checks that a plane has fewer than 2^31 pixels.
+/// Positions are computed in 32 bits, as the int32 indices hold them (ops/pool.cpp refuses planes of 2^31 pixels).
 __attribute__((target("avx512f"))) void max_pool_2x2_avx512(const float* src, int64_t w, int64_t ho, int64_t wo,
                                                              float* dst, int32_t* idx) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -141,7 +141,7 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
       int32_t* idx = ip + nc * p.out_plane();
       if (two_by_two) {
         if constexpr (std::is_same_v<T, float>) {
-          if (has_avx512f() && p.in_plane() < (int64_t{1} << 31)) {
+          if (has_avx512f()) {
             max_pool_2x2_avx512(src, p.w, p.ho, p.wo, dst, idx);
             continue;
           }
