@@ -22,12 +22,13 @@
 // dweight/dbias are column sums over rows. For rows of up to 8192 elements the
 // backward's dx kernel sums them too, per block in shared memory, while it
 // has dy and x in registers (one read of each: 3 tensor passes in all); a
-// final kernel adds the blocks' partials of each column in block order. f32
+// final kernel adds the blocks' partials of each column in a fixed order
+// (eight runs of consecutive blocks, a warp each, then the runs). f32
 // rows of 8193-32768 elements on sm_90 do the same one pass with a thread-block
 // cluster of 3-8 blocks sharing each row (its two sums meet in distributed
 // shared memory). Other longer rows take a second kernel that re-reads dy
 // and x: each block sums a fixed chunk of rows for 256 columns, then the chunks
-// are added in order. No float atomics, so the result is the same on every run
+// are added by the same final kernel. No float atomics, so the result is the same on every run
 // (of one device and configuration).
 // Outputs are freshly allocated and overwritten.
 #include <mixtape/cuda/cluster.cuh>
@@ -669,34 +670,72 @@ __global__ void __launch_bounds__(kColumnThreads) layer_norm_bwd_params_partial_
   }
 }
 
-/// out[j] = Σ_chunk part[chunk, j], in chunk order. Overwrites out.
+/// The last step of the backward's parameter columns: out_a[j] = Σ_r part[r·stride + j] and out_b[j] = Σ_r
+/// part[r·stride + M + j] over `rows` partial rows (the dx kernel's per-block sums, or the second pass's chunks).
+/// A block takes kSumColumns columns with kSumRuns warps: warp s adds the rows of run s (consecutive rows, in row
+/// order, kSumLoadsAhead rows loaded before they are added), and the runs meet in run order: a fixed order, the
+/// same bits at every launch. Overwrites out_a and out_b; either may be null (its loads are skipped).
+/// Why runs: the fifth GPU run's ncu profile found the kernel before this one (a thread a column, rows one after
+/// another: 4 blocks at 1024 columns, 16 at 4096) waiting on one L2 round trip after another, 33 µs of
+/// layer_norm's 86 µs f32 backward at 1024 columns and 50 of 242 at 4096.
+constexpr int kSumColumns = 32;
+constexpr int kSumRuns = 8;
+constexpr int kSumLoadsAhead = 8;
+
 template <class Acc>
-__global__ void __launch_bounds__(kColumnThreads) layer_norm_bwd_params_final_kernel(const Acc* __restrict__ part,  // (chunks, M)
-                                                                                     Acc* __restrict__ out,         // (M)
-                                                                                     int64_t chunks, int64_t M) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
-  if (j >= M) return;
-  Acc s = 0;
-  for (int64_t c = 0; c < chunks; ++c) s += part[c * M + j];
-  out[j] = s;
+__global__ void __launch_bounds__(kSumColumns* kSumRuns) layer_norm_bwd_column_sums_kernel(
+    const Acc* __restrict__ part, int64_t rows, int64_t stride, int64_t M, Acc* __restrict__ out_a,
+    Acc* __restrict__ out_b) {
+  __shared__ Acc run_sums[2][kSumRuns][kSumColumns];
+  const int lane = threadIdx.x, run = threadIdx.y;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kSumColumns + lane;
+  const int64_t per_run = (rows + kSumRuns - 1) / kSumRuns;
+  const int64_t r0 = min(rows, run * per_run), r1 = min(rows, r0 + per_run);
+  const bool want_a = out_a != nullptr, want_b = out_b != nullptr;
+  Acc a = 0, b = 0;
+  if (j < M) {
+    const Acc* const col = part + j;
+    int64_t r = r0;
+    for (; r + kSumLoadsAhead <= r1; r += kSumLoadsAhead) {
+      Acc va[kSumLoadsAhead], vb[kSumLoadsAhead];
+#pragma unroll
+      for (int u = 0; u < kSumLoadsAhead; ++u) {
+        va[u] = want_a ? col[(r + u) * stride] : Acc(0);
+        vb[u] = want_b ? col[(r + u) * stride + M] : Acc(0);
+      }
+#pragma unroll
+      for (int u = 0; u < kSumLoadsAhead; ++u) {
+        a += va[u];
+        b += vb[u];
+      }
+    }
+    for (; r < r1; ++r) {
+      if (want_a) a += col[r * stride];
+      if (want_b) b += col[r * stride + M];
+    }
+  }
+  run_sums[0][run][lane] = a;
+  run_sums[1][run][lane] = b;
+  __syncthreads();
+  if (run != 0 || j >= M) return;
+  Acc sa = 0, sb = 0;
+#pragma unroll
+  for (int s = 0; s < kSumRuns; ++s) {
+    sa += run_sums[0][s][lane];
+    sb += run_sums[1][s][lane];
+  }
+  if (want_a) out_a[j] = sa;
+  if (want_b) out_b[j] = sb;
 }
 
-/// dweight[j] = Σ_b part[b, 0, j] and dbias[j] = Σ_b part[b, 1, j], in block order. Overwrites both (either may
-/// be null).
+/// Launches layer_norm_bwd_column_sums_kernel over M columns (see there).
 template <class Acc>
-__global__ void __launch_bounds__(kColumnThreads) layer_norm_bwd_fused_final_kernel(const Acc* __restrict__ part,  // (blocks, 2, M)
-                                                                                    Acc* __restrict__ dweight,     // (M) or null
-                                                                                    Acc* __restrict__ dbias,       // (M) or null
-                                                                                    int64_t blocks, int64_t M) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
-  if (j >= M) return;
-  Acc w = 0, b = 0;
-  for (int64_t k = 0; k < blocks; ++k) {
-    w += part[(2 * k) * M + j];
-    b += part[(2 * k + 1) * M + j];
-  }
-  if (dweight) dweight[j] = w;
-  if (dbias) dbias[j] = b;
+void column_sums(const Acc* part, int64_t rows, int64_t stride, int64_t M, Acc* out_a, Acc* out_b) {
+  const dim3 block(kSumColumns, kSumRuns);
+  layer_norm_bwd_column_sums_kernel<Acc>
+      <<<static_cast<unsigned>((M + kSumColumns - 1) / kSumColumns), block, 0, launch_stream()>>>(part, rows, stride,
+                                                                                                   M, out_a, out_b);
+  MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_column_sums_kernel (", rows, " partial rows of ", M, " columns)");
 }
 
 // ---- launchers ------------------------------------------------------------------------------
@@ -837,15 +876,12 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     const bool want_params = want_w || bias_defined;
     const auto acc = TensorOptions(dtype_v<Acc>).device(device);
     auto to_param = [&](const Tensor& sum) { return raw::to(sum, param_dtype); };  // one rounding to their dtype
-    // dweight and dbias from part (blocks, 2, M): the per-block column sums, added in block order.
+    // dweight and dbias from part (blocks, 2, M): the per-block column sums, added in a fixed order.
     auto sum_parts = [&](const Tensor& part, int64_t blocks) {
       Tensor dw_sum = want_w ? empty(param_shape, acc) : Tensor();
       Tensor db_sum = bias_defined ? empty(param_shape, acc) : Tensor();
-      layer_norm_bwd_fused_final_kernel<Acc>
-          <<<static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, launch_stream()>>>(
-              part.data<Acc>(), want_w ? dw_sum.data<Acc>() : nullptr, bias_defined ? db_sum.data<Acc>() : nullptr,
-              blocks, M);
-      MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_fused_final_kernel (", blocks, " blocks of ", M, " columns)");
+      column_sums<Acc>(part.data<Acc>(), blocks, 2 * M, M, want_w ? dw_sum.data<Acc>() : nullptr,
+                       bias_defined ? db_sum.data<Acc>() : nullptr);
       if (want_w) g.dweight = to_param(dw_sum);
       if (bias_defined) g.dbias = to_param(db_sum);
     };
@@ -960,10 +996,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     else partial(layer_norm_bwd_params_partial_kernel<T, 1>, 1);
     auto finish = [&](const Tensor& part) {
       Tensor sum = empty(param_shape, acc);
-      layer_norm_bwd_params_final_kernel<Acc>
-          <<<static_cast<unsigned>((M + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, launch_stream()>>>(
-              part.data<Acc>(), sum.data<Acc>(), chunks, M);
-      MT_CUDA_CHECK_LAUNCH("layer_norm_bwd_params_final_kernel (", chunks, " chunks of ", M, " columns)");
+      column_sums<Acc>(part.data<Acc>(), chunks, M, M, sum.data<Acc>(), nullptr);
       return to_param(sum);
     };
     if (want_w) g.dweight = finish(dw_part);
