@@ -22,11 +22,13 @@
 // On the CPU (--device cpu) the same loop runs, for checking the plumbing without a GPU; peak_mib, held_mib and
 // kept_mib count the CPU's tensor storage the same way (mixtape::cpu_memory_stats), reserved_peak_mib is null: which
 // tensors a step keeps alive is the tape's doing on either device, only the kernels' temporaries differ (the CPU's
-// convolutions take cache-sized chunks of the batch, the GPU's the whole batch unless --conv-column-limit-mib).
+// convolutions take cache-sized chunks of the batch, the GPU's chunks of at most 4 MiB of columns in f16/bf16 and
+// 16 MiB in f32 unless --conv-column-limit-mib).
 // --cuda-graph (on CUDA): after three eager steps one step is captured into a CUDA graph and replayed for
 // every later step, as examples/mnist --cuda-graph does; the row's framework is "mixtape+graph".
-// --conv-column-limit-mib N: mixtape::cuda::set_conv_column_limit(N MiB), the convolutions' batches in chunks
-// (the CNN's peak memory against its step time); the row's framework says so.
+// --conv-column-limit-mib N: mixtape::cuda::set_conv_column_limit(N MiB) instead of the default (each dtype's
+// limit), the convolutions' batches in chunks of at most N MiB of columns, or 0: the whole batch as one GEMM (the
+// CNN's peak memory against its step time); the row's framework says so.
 //
 // The one design idea: the two frameworks never share a process and share everything else. With --weights-out this
 // program writes the model's initial state_dict (seeded by --seed) as safetensors before training, and the
@@ -38,6 +40,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -67,7 +70,7 @@ struct Options {
   int64_t max_steps = 0;  // per epoch; 0: the whole epoch
   uint64_t seed = 0;
   bool cuda_graph = false;  // replay a captured step after a few eager ones (examples/mnist --cuda-graph)
-  int64_t conv_column_limit_mib = 0;  // mixtape::cuda::set_conv_column_limit, in MiB (0: none)
+  std::optional<int64_t> conv_column_limit_mib;  // mixtape::cuda::set_conv_column_limit, in MiB (0: none); unset: the default
 };
 
 double seconds_since(Clock::time_point start) {
@@ -101,10 +104,17 @@ void reset_peak(mt::Device device) {
     mt::reset_cpu_peak_memory();
 }
 
+/// What the row's framework adds for --conv-column-limit-mib: ", columns <= N MiB", ", whole batch", or nothing.
+std::string column_label(const Options& opt) {
+  if (!opt.conv_column_limit_mib) return "";
+  if (*opt.conv_column_limit_mib == 0) return ", whole batch";
+  return ", columns <= " + std::to_string(*opt.conv_column_limit_mib) + " MiB";
+}
+
 int run(const Options& opt) {
   const mt::Device device = opt.device == "cuda" ? mt::Device::cuda() : mt::Device::cpu();
   MT_CHECK(!device.is_cuda() || mt::cuda::is_available(), "--device cuda: ", mt::cuda::unavailable_reason());
-  mt::cuda::set_conv_column_limit(opt.conv_column_limit_mib << 20);
+  if (opt.conv_column_limit_mib) mt::cuda::set_conv_column_limit(*opt.conv_column_limit_mib << 20);
   const mt::data::DatasetLocation location = mt::data::find_mnist(opt.data);
   const mt::data::MNIST train(location, mt::data::Split::kTrain), test(location, mt::data::Split::kTest);
 
@@ -186,9 +196,7 @@ int run(const Options& opt) {
   const double steady_steps = static_cast<double>(steps - warmup);
   nlohmann::json result = {
       {"framework", std::string(opt.cuda_graph ? "mixtape+graph" : "mixtape") +
-                        (opt.conv_column_limit_mib > 0
-                             ? ", columns <= " + std::to_string(opt.conv_column_limit_mib) + " MiB"
-                             : "")},
+                        column_label(opt)},
       {"model", opt.model == "mlp" && opt.hidden != 512 ? "mlp" + std::to_string(opt.hidden) : opt.model},
       {"precision", opt.precision},
       {"device", device.is_cuda() ? mt::cuda::device_properties(0).name : "cpu"},
@@ -230,7 +238,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", opt.seed, "the initial weights' and the shuffling's seed");
   app.add_flag("--cuda-graph", opt.cuda_graph, "replay a captured training step after a few eager ones (cuda)");
   app.add_option("--conv-column-limit-mib", opt.conv_column_limit_mib,
-                 "the most MiB of im2col columns a convolution holds at once (0: the whole batch's)")
+                 "the most MiB of im2col columns a convolution holds at once (0: the whole batch's) "
+                 "[default: 4 in f16/bf16, 16 in f32]")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {

@@ -1,5 +1,5 @@
-// cuda/conv.cu — conv2d on the GPU: im2col + one GEMM for the whole batch, or
-// for chunks of it under mixtape::cuda::set_conv_column_limit
+// cuda/conv.cu — conv2d on the GPU: im2col + a GEMM for each chunk of the batch
+// whose columns fit mixtape::cuda::conv_column_limit (or for the whole batch)
 // (ops/backend/conv_gemm.h, through this backend's kernels), and the column
 // transforms it is built on, im2col and col2im.
 //
@@ -148,11 +148,15 @@ Tensor col2im(const Tensor& cols_in, const Shape& input_shape, const Window2d& w
 
 namespace {
 
-/// The samples a GEMM of conv2d takes: the whole batch (the caching allocator reuses the columns, and one launch
-/// beats many), or under a conv_column_limit() as many as its bytes hold of the f32 columns (in the accumulation
-/// dtype: the input gradient's), at least one.
+/// The samples a GEMM of conv2d takes: as many as conv_column_limit()'s bytes hold of the f32 columns (in the
+/// accumulation dtype: the input gradient's), at least one; under kConvColumnLimitAuto the limit of `dtype`, the
+/// convolution's; under 0 the whole batch (one launch beats many, at the cost of the columns).
 int64_t chunk_samples(const Shape& input_shape, DType dtype, const Window2d& w) {
-  const int64_t limit = ::mixtape::cuda::conv_column_limit();
+  namespace rt = ::mixtape::cuda;
+  int64_t limit = rt::conv_column_limit();
+  if (limit == rt::kConvColumnLimitAuto)
+    limit = dtype == DType::kF16 || dtype == DType::kBF16 ? rt::kDefaultConvColumnLimitF16
+                                                          : rt::kDefaultConvColumnLimitF32;
   return limit == 0 ? input_shape[0] : conv_chunk_samples(input_shape, dtype, w, limit);
 }
 

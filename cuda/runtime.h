@@ -83,18 +83,30 @@ bool allow_clusters() noexcept;
 
 // ---- convolution columns -----------------------------------------------------------------------
 
+/// conv_column_limit()'s default: each convolution takes the limit of its dtype below.
+inline constexpr int64_t kConvColumnLimitAuto = -1;
+/// The default limit of f16 and bf16 convolutions: 4 MiB. With it the MNIST CNN's AMP step peaks at 51.6 MiB of
+/// tensors on an H200, PyTorch's at 54.9, and takes 1.93 ms against PyTorch eager AMP's 2.9 (the whole batch: 125
+/// MiB, 1.21 ms; bench/RESULTS.md, the fifth run).
+inline constexpr int64_t kDefaultConvColumnLimitF16 = int64_t{4} << 20;
+/// The default limit of f32 (and f64) convolutions: 16 MiB. The fp32 CNN step peaks at 83.6 MiB with 4 or 16 MiB
+/// of columns (PyTorch: 90.7; the whole batch: 148), and takes 2.98 ms with 16 against 4.75 with 4 (whole: 2.74).
+inline constexpr int64_t kDefaultConvColumnLimitF32 = int64_t{16} << 20;
+
 /// The most bytes of im2col columns one CUDA conv2d call (forward, input or weight gradient) holds at once. The
 /// convolutions run as im2col + GEMM (cuda/conv.cu); the columns are kH·kW copies of the input, those of the input
 /// gradient in f32 whatever the dtype (its one rounding follows col2im's sums): 81 MiB for the MNIST CNN's second
 /// convolution at batch 128. A batch whose f32 columns would take more than `bytes` goes through in chunks of
-/// samples (at least one), a GEMM each; 0, the default, runs the whole batch as one. Results differ only in the
-/// order of the sums (the weight gradient's over samples, the GEMM's tiles). Process-wide; a CPU-only build keeps
-/// the setting too. Throws mixtape::Error for a negative `bytes`.
+/// samples (at least one), a GEMM each: less memory, more launches. 0 runs the whole batch as one GEMM;
+/// kConvColumnLimitAuto, the default, the limit of the convolution's dtype (kDefaultConvColumnLimitF16, F32).
+/// Results differ only in the order of the sums (the weight gradient's over samples, the GEMM's tiles).
+/// Process-wide; a CPU-only build keeps the setting too (the CPU's convolutions take cache-sized chunks of their
+/// own). Throws mixtape::Error for a negative `bytes` other than kConvColumnLimitAuto.
 /// @code
-///   mixtape::cuda::set_conv_column_limit(16 << 20);  // at most 16 MiB of columns a convolution
+///   mixtape::cuda::set_conv_column_limit(0);  // the whole batch: fastest, most memory
 /// @endcode
 void set_conv_column_limit(int64_t bytes);
-/// The limit set_conv_column_limit set (0: none). Never throws.
+/// The limit set_conv_column_limit set: kConvColumnLimitAuto by default, 0 for none. Never throws.
 int64_t conv_column_limit() noexcept;
 
 // ---- the caching allocator -----------------------------------------------------------------

@@ -43,7 +43,7 @@ int current_device() { MT_ERROR("cuda::current_device: ", kNoCuda, " (", kHowTo,
 namespace {
 std::atomic<bool> g_allow_tf32{false};
 std::atomic<bool> g_allow_clusters{true};
-std::atomic<int64_t> g_conv_column_limit{0};
+std::atomic<int64_t> g_conv_column_limit{kConvColumnLimitAuto};
 }  // namespace
 
 void set_allow_tf32(bool allow) noexcept { g_allow_tf32.store(allow, std::memory_order_relaxed); }
@@ -55,7 +55,8 @@ void set_allow_clusters(bool allow) noexcept { g_allow_clusters.store(allow, std
 bool allow_clusters() noexcept { return g_allow_clusters.load(std::memory_order_relaxed); }
 
 void set_conv_column_limit(int64_t bytes) {
-  MT_CHECK(bytes >= 0, "cuda::set_conv_column_limit: bytes must be >= 0 (0: no limit), got ", bytes);
+  MT_CHECK(bytes >= 0 || bytes == kConvColumnLimitAuto,
+           "cuda::set_conv_column_limit: bytes must be >= 0 (0: no limit) or kConvColumnLimitAuto (-1), got ", bytes);
   g_conv_column_limit.store(bytes, std::memory_order_relaxed);
 }
 

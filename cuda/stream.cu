@@ -26,7 +26,7 @@ std::atomic<int64_t> g_device_to_host_copies{0};
 std::atomic<int64_t> g_synchronizations{0};
 std::atomic<int64_t> g_cluster_launches{0};
 std::atomic<bool> g_allow_clusters{true};
-std::atomic<int64_t> g_conv_column_limit{0};
+std::atomic<int64_t> g_conv_column_limit{kConvColumnLimitAuto};
 
 /// `device`, or the current device for -1, checked against the visible devices.
 int resolve_device(int device, const char* op) {
@@ -78,7 +78,8 @@ void set_allow_clusters(bool allow) noexcept { g_allow_clusters.store(allow, std
 bool allow_clusters() noexcept { return g_allow_clusters.load(std::memory_order_relaxed); }
 
 void set_conv_column_limit(int64_t bytes) {
-  MT_CHECK(bytes >= 0, "cuda::set_conv_column_limit: bytes must be >= 0 (0: no limit), got ", bytes);
+  MT_CHECK(bytes >= 0 || bytes == kConvColumnLimitAuto,
+           "cuda::set_conv_column_limit: bytes must be >= 0 (0: no limit) or kConvColumnLimitAuto (-1), got ", bytes);
   g_conv_column_limit.store(bytes, std::memory_order_relaxed);
 }
 int64_t conv_column_limit() noexcept { return g_conv_column_limit.load(std::memory_order_relaxed); }

@@ -542,9 +542,9 @@ BOOST_AUTO_TEST_CASE(conv2d_forward_backward, MT_GPU_TEST) {
 }
 
 // Under set_conv_column_limit the batch goes through in chunks of samples: the MNIST CNN's second convolution in
-// f16 at batch 128 (81 MiB of f32 input-gradient columns whole) with chunks of 12 samples (8 MiB) and of one, against
-// the whole batch: the same results up to the order of sums, and a peak of device memory lower by most of the
-// columns.
+// f16 at batch 128 (81 MiB of f32 input-gradient columns whole) under the default limit, with chunks of 12 samples
+// (8 MiB) and of one, against the whole batch (limit 0): the same results up to the order of sums, and a peak of
+// device memory lower by most of the columns.
 BOOST_AUTO_TEST_CASE(conv2d_in_chunks_under_a_column_limit_matches_the_whole_batch, MT_GPU_TEST) {
   const Tensor x = randn_seeded({128, 32, 26, 26}, mt::kF16, 91), w = randn_seeded({64, 32, 3, 3}, mt::kF16, 92);
   const Tensor b = randn_seeded({64}, mt::kF16, 93), dy = randn_seeded({128, 64, 24, 24}, mt::kF16, 94);
@@ -568,9 +568,12 @@ BOOST_AUTO_TEST_CASE(conv2d_in_chunks_under_a_column_limit_matches_the_whole_bat
   };
   const Run whole = run(0);
   const int64_t per_sample = 32 * 9 * 24 * 24 * 4;  // f32 columns of one sample: 663 552 bytes
-  for (int64_t limit : {12 * per_sample, int64_t{1}}) {
+  // The default (kConvColumnLimitAuto: 4 MiB for f16, chunks of 6 samples), 12 samples, one.
+  for (int64_t limit : {mt::cuda::kConvColumnLimitAuto, 12 * per_sample, int64_t{1}}) {
     const Run chunked = run(limit);
-    const std::string what = "conv2d in chunks of " + std::to_string(std::max<int64_t>(limit / per_sample, 1));
+    const int64_t bytes = limit == mt::cuda::kConvColumnLimitAuto ? mt::cuda::kDefaultConvColumnLimitF16 : limit;
+    const std::string what = "conv2d in chunks of " + std::to_string(std::max<int64_t>(bytes / per_sample, 1)) +
+                             (limit == mt::cuda::kConvColumnLimitAuto ? " (the default limit)" : "");
     // Each output element is one rounding of an f32 sum whose order the chunking may change (the GEMM's tile choice
     // follows the batch count): within an f16 ulp or two of the whole batch's, dweight's batch sum more.
     expect_close(chunked.y, whole.y, {2e-3, 2e-3}, what + " y");

@@ -203,17 +203,24 @@ BOOST_AUTO_TEST_CASE(unavailable_cuda_is_a_clear_error,
   BOOST_TEST(t.to_vector<float>() == std::vector<float>(3, 1.0f), boost::test_tools::per_element());
 }
 
-// A setting every build keeps (the CUDA convolutions read it): 0 by default, what was set, a negative refused.
+// A setting every build keeps (the CUDA convolutions read it): automatic by default (each dtype's limit), what was
+// set, automatic again, a negative other than kConvColumnLimitAuto refused.
 BOOST_AUTO_TEST_CASE(conv_column_limit_is_a_setting_with_a_clear_error) {
-  BOOST_TEST(mt::cuda::conv_column_limit() == 0);
+  BOOST_TEST(mt::cuda::conv_column_limit() == mt::cuda::kConvColumnLimitAuto);
+  BOOST_TEST(mt::cuda::kDefaultConvColumnLimitF16 == int64_t{4} << 20);
+  BOOST_TEST(mt::cuda::kDefaultConvColumnLimitF32 == int64_t{16} << 20);
   mt::cuda::set_conv_column_limit(int64_t{16} << 20);
   BOOST_TEST(mt::cuda::conv_column_limit() == int64_t{16} << 20);
-  BOOST_CHECK_EXCEPTION(mt::cuda::set_conv_column_limit(-1), mt::Error, [](const mt::Error& e) {
-    return mentions(e, "set_conv_column_limit") && mentions(e, "-1");
-  });
-  BOOST_TEST(mt::cuda::conv_column_limit() == int64_t{16} << 20);  // unchanged by the refused call
+  for (const int64_t bad : {int64_t{-2}, int64_t{-(1 << 20)}}) {
+    BOOST_CHECK_EXCEPTION(mt::cuda::set_conv_column_limit(bad), mt::Error, [&](const mt::Error& e) {
+      return mentions(e, "set_conv_column_limit") && mentions(e, std::to_string(bad));
+    });
+  }
+  BOOST_TEST(mt::cuda::conv_column_limit() == int64_t{16} << 20);  // unchanged by the refused calls
   mt::cuda::set_conv_column_limit(0);
   BOOST_TEST(mt::cuda::conv_column_limit() == 0);
+  mt::cuda::set_conv_column_limit(mt::cuda::kConvColumnLimitAuto);
+  BOOST_TEST(mt::cuda::conv_column_limit() == mt::cuda::kConvColumnLimitAuto);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
