@@ -23,17 +23,18 @@
 #
 # BUDGET_S=N bounds the whole call to N seconds: a step that would not fit in what is left is skipped with a
 # line in the summary, and the long steps (test, sanitize, bench, mnist, profile) get timeouts cut to fit, so the
-# logs always come back. A lease has 15 device minutes, start included. On 2026-11-27 (an H200, caf0211) four
+# logs always come back. A lease has 15 device minutes, start included. On 2026-11-27 (an H200, 4516f3c) three
 # calls on one warm machine, each started within seconds of the last (the machine goes back 30 s after a call ends,
-# and a new start needs 4 minutes of the lease left), did: start ~30 s, build 60 s from scratch, test 43 s, mnist
-# 33 s for one epoch of every row, bench ~10 s; memcheck of every gpu suite ~2.5 min and racecheck ~3 min (6 jobs
-# at once; racecheck of test_training alone needs more than 280 s). Calls like those:
+# and a new start needs 4 minutes of the lease left), took: start ~35 s, build 82 s from scratch, test 52 s, bench
+# ~15 s, mnist 127 s (seeds 0,1,2 with two extra CNN rows), wide 15 s, memcheck of every gpu suite 94 s, profile
+# 121 s, racecheck of every suite but test_training ~3 min (6 jobs at once; test_training alone needs more than
+# 280 s, the per-job cap). Calls like those:
 #   cp ../shared/data/mnist/*.gz data/mnist/    # once, ignored; carry .deb and data/mnist
-#   BUDGET_S=300 TEST_TIMEOUT=120 MNIST_ARGS="--seeds 0,1,2 --conv-column-limit-mib 4,16" \
-#     bash bench/gpu_session.sh build test bench \
-#     mnist wide                                                                        (timeout_s 320)
-#   BUDGET_S=280 bash bench/gpu_session.sh build profile                                (timeout_s 300)
-#   BUDGET_S=280 SAN_TOOLS=memcheck bash bench/gpu_session.sh build sanitize             (timeout_s 300)
+#   BUDGET_S=330 TEST_TIMEOUT=120 MNIST_ARGS="--seeds 0,1,2 --conv-column-limit-mib 0" \
+#     bash bench/gpu_session.sh build test bench mnist wide                               (timeout_s 350)
+#   BUDGET_S=300 SAN_TOOLS=memcheck bash bench/gpu_session.sh build sanitize profile     (timeout_s 320)
+#   BUDGET_S=200 SAN_TOOLS=racecheck SAN_SUITES="test_ops test_autocast" \
+#     bash bench/gpu_session.sh build sanitize                                           (timeout_s 220)
 # then give the machine back and fix here what failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -209,6 +210,14 @@ if run_step profile 60; then
   else
     t0=$(date +%s)
     sections="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats"
+    # The stall reasons themselves (the WarpStateStats section's rules name them only where pc sampling ran):
+    # warps stalled for each reason per issued instruction, and the instructions a launch executed.
+    stalls=""
+    for r in long_scoreboard short_scoreboard wait barrier membar math_pipe_throttle mio_throttle lg_throttle \
+             not_selected no_instruction branch_resolving dispatch_stall drain misc; do
+      stalls="$stalls${stalls:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+    done
+    metrics="--metrics $stalls,smsp__inst_executed.sum"
     for b in norms gemm; do
       exe=$BUILD/bench/bench_gpu_$b
       [ -x "$exe" ] || continue
@@ -218,26 +227,20 @@ if run_step profile 60; then
       esac
       [ "$(left)" -lt 30 ] && { note "profile $b: not run, the budget is spent"; continue; }
       # --clock-control none: the clocks as the benchmarks see them (the device README: leave them alone)
-      timeout "$(cap 500)" "$NCU" --clock-control none --kernel-name "regex:$filter" --launch-count $count $sections \
-        --csv --page details \
-        "$exe" --once >"$OUT/ncu_$b.csv" 2>"$OUT/ncu_$b.err"
-      note "profile $b: rc=$? $(grep -c '^"' "$OUT/ncu_$b.csv") rows"
-      # Digest: per kernel launch, the memory and compute throughput (% of peak), achieved occupancy, registers.
-      python3 - "$OUT/ncu_$b.csv" <<'PY' | head -120 | tee -a "$SUMMARY"
-import csv, sys, collections
-rows = list(csv.DictReader(open(sys.argv[1], errors="replace")))
-want = {"Memory Throughput": "mem%", "DRAM Throughput": "dram%", "Compute (SM) Throughput": "sm%",
-        "Achieved Occupancy": "occ%", "Registers Per Thread": "regs", "Duration": "dur"}
-per = collections.OrderedDict()
-for r in rows:
-    key = (r.get("ID"), r.get("Kernel Name", "")[:90])
-    name = r.get("Metric Name")
-    per.setdefault(key, {}).update(block=r.get("Block Size", "?"), grid=r.get("Grid Size", "?"))
-    if name in want:
-        per.setdefault(key, {})[want[name]] = r.get("Metric Value", "") + ("" if want[name] != "dur" else " " + r.get("Metric Unit", ""))
-for (i, k), m in per.items():
-    print(f"  {i:>4} {k:<90} " + " ".join(f"{n}={m.get(n, '?')}" for n in ["block", "grid", *want.values()]))
-PY
+      profile() {
+        timeout "$(cap 500)" "$NCU" --clock-control none --kernel-name "regex:$filter" --launch-count $count $sections \
+          "$@" --csv --page details "$exe" --once >"$OUT/ncu_$b.csv" 2>"$OUT/ncu_$b.err"
+      }
+      profile $metrics
+      rc=$?
+      # A metric this ncu does not know fails the whole run: then once more with the sections alone.
+      if ! grep -q '^"ID"' "$OUT/ncu_$b.csv" && [ "$(left)" -ge 30 ]; then
+        note "profile $b: rc=$rc without rows ($(grep -m1 -i error "$OUT/ncu_$b.err")); again without the stall metrics"
+        profile
+        rc=$?
+      fi
+      note "profile $b: rc=$rc $(grep -c '^"' "$OUT/ncu_$b.csv") rows"
+      python3 bench/ncu_digest.py "$OUT/ncu_$b.csv" | head -300 | tee -a "$SUMMARY"
     done
     note "profile: $(( $(date +%s) - t0 )) s"
   fi

@@ -8,7 +8,8 @@ weights, data, batch size (128), optimizer (AdamW lr 1e-3) and epochs are traine
   pytorch fused  the same with AdamW(fused=True)
   mixtape+graph  with --cuda-graph, mixtape again, one captured step replayed as a CUDA graph (bench_mnist_gpu)
   mixtape, columns <= N MiB  with --conv-column-limit-mib N (or N,M,...), the CNN again, its convolutions' im2col
-                 columns held to N MiB (mixtape::cuda::set_conv_column_limit): batches in chunks, less peak memory
+                 columns held to N MiB instead of the default (4 in f16/bf16, 16 in f32; mixtape::cuda::
+                 set_conv_column_limit); N = 0: "mixtape, whole batch", one GEMM a convolution, the most memory
 each with the whole training set resident on the device (normalised once; a permutation per epoch drawn there,
 batches gathered with index_select there) and timed alike (bench/mnist_gpu.cpp says how): steady-state step time,
 samples/s, time per epoch, memory, final test accuracy. The ratio column is each row's step time over mixtape's eager
@@ -42,6 +43,7 @@ table is the first seed's, and a second table gives each row's accuracy over the
 """
 import statistics
 import argparse
+import gc
 import contextlib
 import gzip
 import json
@@ -186,6 +188,10 @@ def train_pytorch(args, seed, model_name, precision, weights, fused, data):
     train_x, train_y, test_x, test_y = data
     sync(device)
     if device.type == "cuda":
+        # The rows before this one left blocks in PyTorch's cache: without giving them back, this row's peak reserved
+        # less its baseline was 0.0 wherever an earlier row had reserved as much (the fifth GPU run's table).
+        gc.collect()
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
         baseline = memory(device)
     model = make_model(model_name, args.hidden, weights).to(device)
@@ -256,13 +262,13 @@ def model_label(args, model_name):
     return f"mlp{args.hidden}" if model_name == "mlp" and args.hidden != 512 else model_name
 
 
-def run_mixtape(args, seed, model_name, precision, weights, graph=False, column_limit_mib=0):
+def run_mixtape(args, seed, model_name, precision, weights, graph=False, column_limit_mib=None):
     exe = os.path.join(args.build, "bench", "bench_mnist_gpu")
     cmd = [exe, "--model", model_name, "--hidden", str(args.hidden), "--precision", precision, "--device", args.device,
            "--data", args.data, "--weights-out", weights, "--epochs", str(args.epochs),
            "--batch-size", str(args.batch_size), "--warmup", str(args.warmup), "--max-steps", str(args.max_steps),
            "--seed", str(seed)] + (["--cuda-graph"] if graph else []) + \
-          (["--conv-column-limit-mib", str(column_limit_mib)] if column_limit_mib else [])
+          (["--conv-column-limit-mib", str(column_limit_mib)] if column_limit_mib is not None else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return dict(json.loads(out.strip().splitlines()[-1]), seed=seed)
 
@@ -290,9 +296,10 @@ def main():
     parser.add_argument("--cuda-graph", action="store_true",
                         help="also time mixtape replaying a captured step (a mixtape+graph row)")
     parser.add_argument("--conv-column-limit-mib", default="",
-                        help="also train the CNN with mixtape's convolution columns held to this many MiB, a row "
-                             "for each of a comma-separated list such as 4,16 (mixtape::cuda::set_conv_column_limit; "
-                             "'mixtape, columns <= N MiB' rows)")
+                        help="also train the CNN with mixtape's convolution columns held to this many MiB instead of "
+                             "the default (4 in f16/bf16, 16 in f32), a row for each of a comma-separated list such "
+                             "as 0,4,16 (mixtape::cuda::set_conv_column_limit; 'mixtape, columns <= N MiB' rows, "
+                             "0: 'mixtape, whole batch')")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("mnist_gpu.py: --device cuda, but PyTorch sees no GPU (--device cpu checks the plumbing)")
@@ -313,7 +320,8 @@ def main():
                         print(" graph...", end="", file=sys.stderr, flush=True)
                         group.append(run_mixtape(args, seed, model_name, precision, weights, graph=True))
                     for limit in (column_limits if model_name == "cnn" else []):
-                        print(f" columns <= {limit} MiB...", end="", file=sys.stderr, flush=True)
+                        print(f" columns <= {limit} MiB..." if limit else " whole batch...", end="", file=sys.stderr,
+                              flush=True)
                         group.append(run_mixtape(args, seed, model_name, precision, weights, column_limit_mib=limit))
                     for fused in (False, True):
                         if device.type == "cpu" and (fused or precision == "fp16"):
