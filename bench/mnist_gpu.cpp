@@ -70,7 +70,7 @@ struct Options {
   int64_t max_steps = 0;  // per epoch; 0: the whole epoch
   uint64_t seed = 0;
   bool cuda_graph = false;  // replay a captured step after a few eager ones (examples/mnist --cuda-graph)
-  std::optional<int64_t> conv_column_limit_mib;  // mixtape::cuda::set_conv_column_limit, in MiB (0: none); unset: the default
+  std::optional<int64_t> conv_column_limit_mib;  // set_conv_column_limit in MiB (0: none); unset: the default
 };
 
 double seconds_since(Clock::time_point start) {

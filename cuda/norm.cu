@@ -683,7 +683,7 @@ constexpr int kSumRuns = 8;
 constexpr int kSumLoadsAhead = 8;
 
 template <class Acc>
-__global__ void __launch_bounds__(kSumColumns* kSumRuns) layer_norm_bwd_column_sums_kernel(
+__global__ void __launch_bounds__(kSumColumns * kSumRuns) layer_norm_bwd_column_sums_kernel(
     const Acc* __restrict__ part, int64_t rows, int64_t stride, int64_t M, Acc* __restrict__ out_a,
     Acc* __restrict__ out_b) {
   __shared__ Acc run_sums[2][kSumRuns][kSumColumns];
