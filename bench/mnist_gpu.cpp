@@ -19,6 +19,8 @@
 //   alloc_peak_mib, reserved_peak_mib  the same peak in the caching allocator's blocks (size classes) and in what
 //                it took from cudaMalloc, less the dataset's (cuda/runtime.h, MemoryStats)
 //   accuracy     the test set's after the last epoch (batches of 1000 under the same autocast)
+//   graph_nodes  with --cuda-graph, the kernels and copies of the captured step (null without): the launches an
+//                eager step makes, over which the eager step's extra time is spread
 // On the CPU (--device cpu) the same loop runs, for checking the plumbing without a GPU; peak_mib, held_mib and
 // kept_mib count the CPU's tensor storage the same way (mixtape::cpu_memory_stats), reserved_peak_mib is null: which
 // tensors a step keeps alive is the tape's doing on either device, only the kernels' temporaries differ (the CPU's
@@ -211,7 +213,9 @@ int run(const Options& opt) {
       {"reserved_peak_mib", nullptr},
       {"loss", loss.item<float>()},
       {"skipped", scaler.skipped_steps()},
-      {"accuracy", hits.item<float>() / static_cast<double>(test.size())}};
+      {"accuracy", hits.item<float>() / static_cast<double>(test.size())},
+      {"graph_nodes", nullptr}};
+  if (opt.cuda_graph) result["graph_nodes"] = train_step.node_count();
   if (trained.peak_reserved >= 0) result["reserved_peak_mib"] = mib(trained.peak_reserved - baseline.reserved);
   std::printf("%s\n", result.dump().c_str());
   return 0;

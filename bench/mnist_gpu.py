@@ -349,6 +349,16 @@ def main():
               f"| {fmt(r.get('held_mib'), '.1f')} | {fmt(r.get('kept_mib'), '.1f')} "
               f"| {100 * r['accuracy']:.2f}% "
               f"| {fmt(r['skipped'], 'd')} | {ratio} |")
+    graphed = [r for r in rows if r["seed"] == seeds[0] and r.get("graph_nodes")]
+    if graphed:
+        # What an eager step's launches cost the host: the graph replays the same kernels without them.
+        print("\nmixtape's eager step less its graph replay, per launch (the captured step's kernels and copies)\n")
+        print("| model | precision | launches a step | eager - graph ms | us a launch |")
+        print("|---|---|---:|---:|---:|")
+        for r in graphed:
+            extra = mixtape_step[(r["model"], r["precision"])] - r["step_ms"]
+            print(f"| {r['model']} | {r['precision']} | {r['graph_nodes']} | {extra:.3f} "
+                  f"| {1e3 * extra / r['graph_nodes']:.2f} |")
     if len(seeds) > 1:
         # Each row's test accuracy over the seeds, and mixtape's mean less each PyTorch row's.
         print(f"\nTest accuracy over seeds {','.join(map(str, seeds))}: mean (smallest - largest)\n")
