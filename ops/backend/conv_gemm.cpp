@@ -90,8 +90,13 @@ Conv2dWeightGrads conv2d_gemm_backward_weight(const Tensor& dy, const Tensor& x,
 
 Tensor conv2d_bias_grad(const Tensor& dy) {
   const Tensor g = raw::reshape(dy, {dy.size(0), dy.size(1), dy.size(2) * dy.size(3)});  // (N, C_out, L)
-  const int64_t dims[2] = {0, 2};
-  return kernels::reduce(ReduceOp::kSum, g, dims, false, dy.dtype());  // (C_out), summed in acc
+  // Each sample's planes first (contiguous rows), into acc, then the batch (a column per channel): two reductions
+  // that read their input in place, where one over (N, L) at once, dims that do not form one run, copies dy to rows
+  // first on CUDA (cuda/reduce.cu).
+  const int64_t plane_dim = 2, batch_dim = 0;
+  const Tensor planes = kernels::reduce(ReduceOp::kSum, g, std::span<const int64_t>(&plane_dim, 1), false,
+                                        acc_dtype(dy.dtype()));  // (N, C_out)
+  return kernels::reduce(ReduceOp::kSum, planes, std::span<const int64_t>(&batch_dim, 1), false, dy.dtype());
 }
 
 }  // namespace mixtape::kernels

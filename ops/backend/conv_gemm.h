@@ -38,8 +38,8 @@ Tensor conv2d_gemm_backward_input(const Tensor& dy, const Tensor& weight, const 
 Conv2dWeightGrads conv2d_gemm_backward_weight(const Tensor& dy, const Tensor& x, const Window2d& w, bool bias,
                                               int64_t chunk);
 
-/// dbias (C_out) in dy's dtype = dy (N, C_out, H_out, W_out) summed over (N, H_out, W_out) in acc_dtype: one reduce
-/// kernel (the bias gradient of any convolution, whatever computed its weight gradient).
+/// dbias (C_out) in dy's dtype = dy (N, C_out, H_out, W_out) summed over (N, H_out, W_out) in acc_dtype: each
+/// sample's planes, then the batch (the bias gradient of any convolution, whatever computed its weight gradient).
 Tensor conv2d_bias_grad(const Tensor& dy);
 
 }  // namespace mixtape::kernels
