@@ -389,7 +389,7 @@ BOOST_AUTO_TEST_CASE(empty_batches_and_channels_give_empty_or_zero_results, MT_C
 
 BOOST_AUTO_TEST_CASE(a_frozen_weight_still_gives_the_input_and_bias_gradients, MT_CPU_TEST) {
   // Only x and the bias require gradients: dx is the same kernel's as with the weight trained, and dbias is dy summed
-  // over (N, H, W) by its own reduce (no weight gradient computed to carry it).
+  // over (N, H, W) by its own reductions (no weight gradient computed to carry it).
   const Tensor x0 = randn_seeded({3, 8, 10, 10}, mt::kF32, 101), w = randn_seeded({6, 8, 3, 3}, mt::kF32, 102);
   const Tensor b0 = randn_seeded({6}, mt::kF32, 103), r = randn_seeded({3, 6, 10, 10}, mt::kF32, 104);
   auto grads = [&](bool weight_trained) {
@@ -583,6 +583,25 @@ BOOST_AUTO_TEST_CASE(conv2d_in_chunks_under_a_column_limit_matches_the_whole_bat
     BOOST_TEST(chunked.peak < whole.peak - (60 << 20),
                what << ": peak " << chunked.peak << " bytes against the whole batch's " << whole.peak);
   }
+}
+
+BOOST_AUTO_TEST_CASE(the_bias_gradient_reads_dy_in_place, MT_GPU_TEST) {
+  // dbias of the MNIST CNN's conv2 in AMP, the weight frozen: the planes' sums (N, C_out) in f32 and the result are
+  // all the backward asks for. Summed over (N, H, W) at once it copied dy (9.4 MB) to rows first.
+  const int64_t n = 128, c = 64;
+  const Tensor x = randn_seeded({n, 32, 26, 26}, mt::kF16, 111), w = randn_seeded({c, 32, 3, 3}, mt::kF16, 112);
+  const Tensor b = randn_seeded({c}, mt::kF16, 113), dy = randn_seeded({n, c, 24, 24}, mt::kF16, 114);
+  const Tensor bg = gpu(b).requires_grad_(), dyg = gpu(dy);
+  const Tensor y = mt::conv2d(gpu(x), gpu(w), bg);
+  mt::cuda::synchronize();
+  mt::cuda::reset_peak_memory_stats();
+  const int64_t start = mt::cuda::memory_stats().requested_bytes;
+  y.backward(dyg);
+  const int64_t asked = mt::cuda::memory_stats().peak_requested_bytes - start;
+  BOOST_TEST(asked <= n * c * 4 + c * 4 + c * 2, "dbias of dy " << dy.shape() << " asked for " << asked << " bytes");
+  // 73,728 f16 terms a channel: f32 sums, one f16 rounding (half an ulp, 2^-11 of the result) and the order's error.
+  const Tensor want = mt::sum(dy.to(mt::kF64), std::vector<int64_t>{0, 2, 3});
+  expect_close(bg.grad().to(mt::kF64), want, {2e-3, 2e-2}, "dbias on the GPU");
 }
 
 BOOST_AUTO_TEST_CASE(conv2d_runs_its_columns_through_the_tensor_cores, MT_GPU_TEST) {
