@@ -175,6 +175,8 @@ std::vector<size_t> GradScaler::non_finite_gradients(const optim::Optimizer& opt
 }
 
 Tensor GradScaler::any_found_inf(const std::vector<Tensor>& flags) const {
+  // One optimizer on one device: its flag is the answer as it is (every caller only reads it), no copy launched.
+  if (flags.size() == 1) return raw::to(flags.front(), m_scale.device());
   Tensor any;
   for (const Tensor& f : flags) {
     const Tensor here = raw::to(f, m_scale.device());

@@ -139,8 +139,8 @@ class GradScaler {
   /// What step() and step_on_device() (`method`) do first: check the stage, unscale unless done, check that a
   /// gradient was seen. Returns the optimizer's state.
   OptimizerState& begin_step(optim::Optimizer& optimizer, const char* method);
-  /// The found-inf flags (each (1) f32, 0 or 1, on any device) in one on the scale's device: 1 if any is 1. Device to
-  /// device copies, no host read; undefined for no flags.
+  /// The found-inf flags (each (1) f32, 0 or 1, on any device) in one on the scale's device: 1 if any is 1 (one flag
+  /// there: that flag itself, to be read only). Device to device copies, no host read; undefined for no flags.
   Tensor any_found_inf(const std::vector<Tensor>& flags) const;
   /// Every update() ends the step: the optimizers' states move to m_last_states.
   void end_step();
