@@ -28,11 +28,11 @@ class GraphedStep {
   /// `graphed`: replay a captured step after kWarmupSteps eager ones; otherwise every call runs `step` eagerly.
   GraphedStep(Step step, bool graphed) : m_step(std::move(step)), m_graphed(graphed) {}
 
-  /// Runs one step on (x, y) and returns its loss (with a graph: the graph's loss tensor, overwritten by the next
-  /// replay).
   /// The captured step's kernels and copies (0 before the capture, or when not graphed).
   size_t node_count() const { return m_graph.captured() ? m_graph.node_count() : 0; }
 
+  /// Runs one step on (x, y) and returns its loss (with a graph: the graph's loss tensor, overwritten by the next
+  /// replay).
   mt::Tensor operator()(const mt::Tensor& x, const mt::Tensor& y) {
     if (!m_graphed || m_calls++ < kWarmupSteps) return m_step(x, y);
     if (!m_graph.captured()) {
