@@ -24,8 +24,8 @@
 // On the CPU (--device cpu) the same loop runs, for checking the plumbing without a GPU; peak_mib, held_mib and
 // kept_mib count the CPU's tensor storage the same way (mixtape::cpu_memory_stats), reserved_peak_mib is null: which
 // tensors a step keeps alive is the tape's doing on either device, only the kernels' temporaries differ (the CPU's
-// convolutions take cache-sized chunks of the batch, the GPU's chunks of at most 4 MiB of columns in f16/bf16 and
-// 16 MiB in f32 unless --conv-column-limit-mib).
+// convolutions take cache-sized chunks of the batch, the GPU's chunks of at most 10 MiB of columns in f16/bf16 and
+// 20 MiB in f32 unless --conv-column-limit-mib).
 // --cuda-graph (on CUDA): after three eager steps one step is captured into a CUDA graph and replayed for
 // every later step, as examples/mnist --cuda-graph does; the row's framework is "mixtape+graph".
 // --conv-column-limit-mib N: mixtape::cuda::set_conv_column_limit(N MiB) instead of the default (each dtype's
@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
   app.add_flag("--cuda-graph", opt.cuda_graph, "replay a captured training step after a few eager ones (cuda)");
   app.add_option("--conv-column-limit-mib", opt.conv_column_limit_mib,
                  "the most MiB of im2col columns a convolution holds at once (0: the whole batch's) "
-                 "[default: 4 in f16/bf16, 16 in f32]")
+                 "[default: 10 in f16/bf16, 20 in f32]")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {

@@ -8,7 +8,7 @@ weights, data, batch size (128), optimizer (AdamW lr 1e-3) and epochs are traine
   pytorch fused  the same with AdamW(fused=True)
   mixtape+graph  with --cuda-graph, mixtape again, one captured step replayed as a CUDA graph (bench_mnist_gpu)
   mixtape, columns <= N MiB  with --conv-column-limit-mib N (or N,M,...), the CNN again, its convolutions' im2col
-                 columns held to N MiB instead of the default (4 in f16/bf16, 16 in f32; mixtape::cuda::
+                 columns held to N MiB instead of the default (10 in f16/bf16, 20 in f32; mixtape::cuda::
                  set_conv_column_limit); N = 0: "mixtape, whole batch", one GEMM a convolution, the most memory
 each with the whole training set resident on the device (normalised once; a permutation per epoch drawn there,
 batches gathered with index_select there) and timed alike (bench/mnist_gpu.cpp says how): steady-state step time,
@@ -297,7 +297,7 @@ def main():
                         help="also time mixtape replaying a captured step (a mixtape+graph row)")
     parser.add_argument("--conv-column-limit-mib", default="",
                         help="also train the CNN with mixtape's convolution columns held to this many MiB instead of "
-                             "the default (4 in f16/bf16, 16 in f32), a row for each of a comma-separated list such "
+                             "the default (10 in f16/bf16, 20 in f32), a row for each of a comma-separated list such "
                              "as 0,4,16 (mixtape::cuda::set_conv_column_limit; 'mixtape, columns <= N MiB' rows, "
                              "0: 'mixtape, whole batch')")
     args = parser.parse_args()

@@ -85,13 +85,15 @@ bool allow_clusters() noexcept;
 
 /// conv_column_limit()'s default: each convolution takes the limit of its dtype below.
 inline constexpr int64_t kConvColumnLimitAuto = -1;
-/// The default limit of f16 and bf16 convolutions: 4 MiB. With it the MNIST CNN's AMP step peaks at 51.6 MiB of
-/// tensors on an H200, PyTorch's at 54.9, and takes 1.93 ms against PyTorch eager AMP's 2.9 (the whole batch: 125
-/// MiB, 1.21 ms; bench/RESULTS.md, the fifth run).
-inline constexpr int64_t kDefaultConvColumnLimitF16 = int64_t{4} << 20;
-/// The default limit of f32 (and f64) convolutions: 16 MiB. The fp32 CNN step peaks at 83.6 MiB with 4 or 16 MiB
-/// of columns (PyTorch: 90.7; the whole batch: 148), and takes 2.98 ms with 16 against 4.75 with 4 (whole: 2.74).
-inline constexpr int64_t kDefaultConvColumnLimitF32 = int64_t{16} << 20;
+/// The default limit of f16 and bf16 convolutions: 10 MiB, the most at which the MNIST CNN's AMP step peaks where it
+/// does with 4 (51.6 MiB of tensors, PyTorch's 54.9; 12 MiB: 51.7, 14: 54.6, 16: 56.8, the whole batch 125). On an
+/// H200 the step took 1.93 ms with 4 MiB (conv2 in 22 chunks), 1.36 with 16 (6 chunks), 1.21 whole, PyTorch eager
+/// AMP 2.6-2.9; 10 MiB makes 9 chunks (bench/RESULTS.md: the fifth run, and the peaks counted on the CPU since).
+inline constexpr int64_t kDefaultConvColumnLimitF16 = int64_t{10} << 20;
+/// The default limit of f32 (and f64) convolutions: 20 MiB, the most at which the fp32 CNN step peaks where it does
+/// with 4 or 16 (83.6 MiB, PyTorch's 90.7; 24 MiB: 84.7, 28: 89.7, 32: 94.0, the whole batch 148). On an H200 it
+/// took 2.98 ms with 16 MiB (6 chunks), 4.75 with 4, 2.74 whole; 20 MiB makes 5 chunks.
+inline constexpr int64_t kDefaultConvColumnLimitF32 = int64_t{20} << 20;
 
 /// The most bytes of im2col columns one CUDA conv2d call (forward, input or weight gradient) holds at once. The
 /// convolutions run as im2col + GEMM (cuda/conv.cu); the columns are kH·kW copies of the input, those of the input

@@ -568,7 +568,7 @@ BOOST_AUTO_TEST_CASE(conv2d_in_chunks_under_a_column_limit_matches_the_whole_bat
   };
   const Run whole = run(0);
   const int64_t per_sample = 32 * 9 * 24 * 24 * 4;  // f32 columns of one sample: 663 552 bytes
-  // The default (kConvColumnLimitAuto: 4 MiB for f16, chunks of 6 samples), 12 samples, one.
+  // The default (kConvColumnLimitAuto: 10 MiB for f16, chunks of 15 samples), 12 samples, one.
   for (int64_t limit : {mt::cuda::kConvColumnLimitAuto, 12 * per_sample, int64_t{1}}) {
     const Run chunked = run(limit);
     const int64_t bytes = limit == mt::cuda::kConvColumnLimitAuto ? mt::cuda::kDefaultConvColumnLimitF16 : limit;

@@ -207,8 +207,8 @@ BOOST_AUTO_TEST_CASE(unavailable_cuda_is_a_clear_error,
 // set, automatic again, a negative other than kConvColumnLimitAuto refused.
 BOOST_AUTO_TEST_CASE(conv_column_limit_is_a_setting_with_a_clear_error) {
   BOOST_TEST(mt::cuda::conv_column_limit() == mt::cuda::kConvColumnLimitAuto);
-  BOOST_TEST(mt::cuda::kDefaultConvColumnLimitF16 == int64_t{4} << 20);
-  BOOST_TEST(mt::cuda::kDefaultConvColumnLimitF32 == int64_t{16} << 20);
+  BOOST_TEST(mt::cuda::kDefaultConvColumnLimitF16 == int64_t{10} << 20);
+  BOOST_TEST(mt::cuda::kDefaultConvColumnLimitF32 == int64_t{20} << 20);
   mt::cuda::set_conv_column_limit(int64_t{16} << 20);
   BOOST_TEST(mt::cuda::conv_column_limit() == int64_t{16} << 20);
   for (const int64_t bad : {int64_t{-2}, int64_t{-(1 << 20)}}) {
