@@ -323,23 +323,20 @@ Tensor reduce_with(Tensor xp, int64_t n_kept, bool mean) {
   const StridedLayout<1> red = make_strided_layout<1>(red_shape, {&red_strides}, {1});
   const int64_t red_stride = red.byte_strides[0][0];
   const bool one_run = red.ndim == 1;
-  if (one_run && red_stride != 1 && count > 1 && outputs >= kMinColumns) {
-    const int grid = grid_blocks(outputs, kThreads);
-    reduce_columns_kernel<P><<<grid, kThreads, 0, launch_stream()>>>(
-        static_cast<const T*>(xp.data_ptr()), offset_layout(kept_shape, kept_strides), outputs, count, red_stride,
-        mean, o);
-    MT_CUDA_CHECK_LAUNCH("reduce_columns_kernel (dtype ", xp.dtype(), ", kept ", kept_shape, ", reduced ", red_shape,
-                         " on ", device, ")");
-    return out;
-  }
-  if (one_run && red_stride != 1 && count > 1 && count <= kSplitMaxCount) {
-    const dim3 block(kSplitColumns, kSplitRuns);
-    reduce_columns_split_kernel<P>
-        <<<static_cast<unsigned>((outputs + kSplitColumns - 1) / kSplitColumns), block, 0, launch_stream()>>>(
-            static_cast<const T*>(xp.data_ptr()), offset_layout(kept_shape, kept_strides), outputs, count, red_stride,
-            mean, o);
-    MT_CUDA_CHECK_LAUNCH("reduce_columns_split_kernel (dtype ", xp.dtype(), ", kept ", kept_shape, ", reduced ",
-                         red_shape, " on ", device, ")");
+  const bool columns = one_run && red_stride != 1 && count > 1;  // each output's elements one stride apart
+  if (columns && (outputs >= kMinColumns || count <= kSplitMaxCount)) {
+    const OffsetLayout kept = offset_layout(kept_shape, kept_strides);
+    const T* x = static_cast<const T*>(xp.data_ptr());
+    if (outputs >= kMinColumns) {
+      reduce_columns_kernel<P><<<grid_blocks(outputs, kThreads), kThreads, 0, launch_stream()>>>(
+          x, kept, outputs, count, red_stride, mean, o);
+    } else {
+      reduce_columns_split_kernel<P><<<static_cast<unsigned>((outputs + kSplitColumns - 1) / kSplitColumns),
+                                       dim3(kSplitColumns, kSplitRuns), 0, launch_stream()>>>(
+          x, kept, outputs, count, red_stride, mean, o);
+    }
+    MT_CUDA_CHECK_LAUNCH(outputs >= kMinColumns ? "reduce_columns_kernel" : "reduce_columns_split_kernel", " (dtype ",
+                         xp.dtype(), ", kept ", kept_shape, ", reduced ", red_shape, " on ", device, ")");
     return out;
   }
   if (!(one_run && (red_stride == 1 || count == 1))) {
