@@ -30,7 +30,7 @@
 # 121 s, racecheck of every suite but test_training ~3 min (6 jobs at once; test_training's 300-step loop needed more
 # than 280 s, the per-job cap: it is labelled large now, and an eight-step case stands in). Calls like those:
 #   cp ../shared/data/mnist/*.gz data/mnist/    # once, ignored; carry .deb and data/mnist
-#   BUDGET_S=330 TEST_TIMEOUT=120 MNIST_ARGS="--seeds 0,1,2 --conv-column-limit-mib 0,4" \
+#   BUDGET_S=330 TEST_TIMEOUT=120 MNIST_ARGS="--seeds 0,1,2 --conv-column-limit-mib 0 --tf32" \
 #     bash bench/gpu_session.sh build test bench mnist wide                               (timeout_s 350)
 #   BUDGET_S=300 SAN_TOOLS=memcheck bash bench/gpu_session.sh build sanitize profile     (timeout_s 320)
 #   BUDGET_S=230 SAN_TOOLS=racecheck SAN_SUITES="test_ops test_training test_cuda_gemm test_grad_scaler" \

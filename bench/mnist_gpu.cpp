@@ -31,6 +31,9 @@
 // --conv-column-limit-mib N: mixtape::cuda::set_conv_column_limit(N MiB) instead of the default (each dtype's
 // limit), the convolutions' batches in chunks of at most N MiB of columns, or 0: the whole batch as one GEMM (the
 // CNN's peak memory against its step time); the row's framework says so.
+// --tf32: f32 matrix products and convolutions on the Tensor Cores in TF32 (mixtape::cuda::set_allow_tf32(true));
+// the row's framework ends in ", tf32". PyTorch's default runs its convolutions (cuDNN) in TF32 and its matrix
+// products in f32: bench/mnist_gpu.py --tf32 times both frameworks both ways.
 //
 // The one design idea: the two frameworks never share a process and share everything else. With --weights-out this
 // program writes the model's initial state_dict (seeded by --seed) as safetensors before training, and the
@@ -73,6 +76,7 @@ struct Options {
   uint64_t seed = 0;
   bool cuda_graph = false;  // replay a captured step after a few eager ones (examples/mnist --cuda-graph)
   std::optional<int64_t> conv_column_limit_mib;  // set_conv_column_limit in MiB (0: none); unset: the default
+  bool tf32 = false;  // f32 GEMMs (matmuls, convolutions) in TF32: mixtape::cuda::set_allow_tf32
 };
 
 double seconds_since(Clock::time_point start) {
@@ -117,6 +121,8 @@ int run(const Options& opt) {
   const mt::Device device = opt.device == "cuda" ? mt::Device::cuda() : mt::Device::cpu();
   MT_CHECK(!device.is_cuda() || mt::cuda::is_available(), "--device cuda: ", mt::cuda::unavailable_reason());
   if (opt.conv_column_limit_mib) mt::cuda::set_conv_column_limit(*opt.conv_column_limit_mib << 20);
+  MT_CHECK(!opt.tf32 || device.is_cuda(), "--tf32: TF32 is the GPU's Tensor Cores' (--device cuda)");
+  mt::cuda::set_allow_tf32(opt.tf32);
   const mt::data::DatasetLocation location = mt::data::find_mnist(opt.data);
   const mt::data::MNIST train(location, mt::data::Split::kTrain), test(location, mt::data::Split::kTest);
 
@@ -198,7 +204,7 @@ int run(const Options& opt) {
   const double steady_steps = static_cast<double>(steps - warmup);
   nlohmann::json result = {
       {"framework", std::string(opt.cuda_graph ? "mixtape+graph" : "mixtape") +
-                        column_label(opt)},
+                        column_label(opt) + (opt.tf32 ? ", tf32" : "")},
       {"model", opt.model == "mlp" && opt.hidden != 512 ? "mlp" + std::to_string(opt.hidden) : opt.model},
       {"precision", opt.precision},
       {"device", device.is_cuda() ? mt::cuda::device_properties(0).name : "cpu"},
@@ -245,6 +251,7 @@ int main(int argc, char** argv) {
                  "the most MiB of im2col columns a convolution holds at once (0: the whole batch's) "
                  "[default: 10 in f16/bf16, 20 in f32]")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--tf32", opt.tf32, "f32 matrix products and convolutions in TF32 on the Tensor Cores (cuda)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(opt);

@@ -10,6 +10,10 @@ weights, data, batch size (128), optimizer (AdamW lr 1e-3) and epochs are traine
   mixtape, columns <= N MiB  with --conv-column-limit-mib N (or N,M,...), the CNN again, its convolutions' im2col
                  columns held to N MiB instead of the default (10 in f16/bf16, 20 in f32; mixtape::cuda::
                  set_conv_column_limit); N = 0: "mixtape, whole batch", one GEMM a convolution, the most memory
+  with --tf32, fp32 rows both ways on both sides: PyTorch's default runs convolutions in TF32 (cuDNN's
+                 allow_tf32) and matrix products in f32, mixtape's everything in f32; "mixtape, tf32" (every f32
+                 GEMM in TF32, mixtape::cuda::set_allow_tf32), "pytorch fused, tf32" (cudnn and matmul allow_tf32)
+                 and, for the CNN, "pytorch fused, no tf32" (neither): like against like
 each with the whole training set resident on the device (normalised once; a permutation per epoch drawn there,
 batches gathered with index_select there) and timed alike (bench/mnist_gpu.cpp says how): steady-state step time,
 samples/s, time per epoch, memory, final test accuracy. The ratio column is each row's step time over mixtape's eager
@@ -182,7 +186,30 @@ def memory(device):
             "reserved": torch.cuda.memory_reserved(device), "peak_reserved": torch.cuda.max_memory_reserved(device)}
 
 
-def train_pytorch(args, seed, model_name, precision, weights, fused, data):
+@contextlib.contextmanager
+def pytorch_tf32(allow):
+    """PyTorch's TF32 switches (cuDNN's convolutions, cuBLAS's matrix products) both set to `allow` for the block,
+    restored after; None leaves PyTorch's defaults (convolutions in TF32, matrix products in f32)."""
+    if allow is None:
+        yield
+        return
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = allow
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def train_pytorch(args, seed, model_name, precision, weights, fused, data, tf32=None):
+    with pytorch_tf32(tf32):
+        row = train_pytorch_rows(args, seed, model_name, precision, weights, fused, data)
+    if tf32 is not None:
+        row["framework"] += ", tf32" if tf32 else ", no tf32"
+    return row
+
+
+def train_pytorch_rows(args, seed, model_name, precision, weights, fused, data):
     device = torch.device(args.device)
     torch.manual_seed(seed)
     train_x, train_y, test_x, test_y = data
@@ -262,13 +289,14 @@ def model_label(args, model_name):
     return f"mlp{args.hidden}" if model_name == "mlp" and args.hidden != 512 else model_name
 
 
-def run_mixtape(args, seed, model_name, precision, weights, graph=False, column_limit_mib=None):
+def run_mixtape(args, seed, model_name, precision, weights, graph=False, column_limit_mib=None, tf32=False):
     exe = os.path.join(args.build, "bench", "bench_mnist_gpu")
     cmd = [exe, "--model", model_name, "--hidden", str(args.hidden), "--precision", precision, "--device", args.device,
            "--data", args.data, "--weights-out", weights, "--epochs", str(args.epochs),
            "--batch-size", str(args.batch_size), "--warmup", str(args.warmup), "--max-steps", str(args.max_steps),
            "--seed", str(seed)] + (["--cuda-graph"] if graph else []) + \
-          (["--conv-column-limit-mib", str(column_limit_mib)] if column_limit_mib is not None else [])
+          (["--conv-column-limit-mib", str(column_limit_mib)] if column_limit_mib is not None else []) + \
+          (["--tf32"] if tf32 else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return dict(json.loads(out.strip().splitlines()[-1]), seed=seed)
 
@@ -300,6 +328,9 @@ def main():
                              "the default (10 in f16/bf16, 20 in f32), a row for each of a comma-separated list such "
                              "as 0,4,16 (mixtape::cuda::set_conv_column_limit; 'mixtape, columns <= N MiB' rows, "
                              "0: 'mixtape, whole batch')")
+    parser.add_argument("--tf32", action="store_true",
+                        help="fp32 rows also with TF32 on both sides ('mixtape, tf32', 'pytorch fused, tf32') and, "
+                             "for the CNN, PyTorch without its default TF32 convolutions ('pytorch fused, no tf32')")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("mnist_gpu.py: --device cuda, but PyTorch sees no GPU (--device cpu checks the plumbing)")
@@ -328,6 +359,13 @@ def main():
                             continue  # fused AdamW is CUDA's; 1.x CPU autocast has no fp16
                         print(" pytorch" + (" fused" if fused else "") + "...", end="", file=sys.stderr, flush=True)
                         group.append(train_pytorch(args, seed, model_name, precision, weights, fused, data))
+                    if args.tf32 and precision == "fp32" and device.type == "cuda":
+                        print(" tf32: mixtape... pytorch...", end="", file=sys.stderr, flush=True)
+                        group.append(run_mixtape(args, seed, model_name, precision, weights, tf32=True))
+                        group.append(train_pytorch(args, seed, model_name, precision, weights, True, data, tf32=True))
+                        if model_name == "cnn":  # the MLP's default PyTorch row is already all f32
+                            group.append(train_pytorch(args, seed, model_name, precision, weights, True, data,
+                                                       tf32=False))
                     print(" done", file=sys.stderr)
                     rows += group
 

@@ -646,4 +646,29 @@ BOOST_AUTO_TEST_CASE(conv2d_runs_its_columns_through_the_tensor_cores, MT_GPU_TE
   BOOST_TEST(relative_error(y, ref) < kF16GemmBound);
 }
 
+BOOST_AUTO_TEST_CASE(conv2d_in_f32_runs_tf32_when_allowed, MT_GPU_TEST) {
+  // bench/mnist_gpu.py --tf32 times the CNN so, against PyTorch's TF32 convolutions: the forward and both gradients
+  // on the TF32 tiles, each against float64 of the same f32 inputs. TF32 keeps 10 mantissa bits (2^-11 relative a
+  // rounded operand, two operands a product), accumulation in f32: tests/test_matmul.cpp's kTf32Bound, 2e-3.
+  const Tensor x = randn_seeded({8, 4, 12, 12}, mt::kF32, 121), w = randn_seeded({6, 4, 3, 3}, mt::kF32, 122);
+  const Tensor dy = randn_seeded({8, 6, 10, 10}, mt::kF32, 123);
+  const mt::test::AllowTf32 on(true);
+  Tensor xg = gpu(x), wg = gpu(w);
+  xg.requires_grad_(), wg.requires_grad_();
+  Tensor y;
+  {
+    mt::autograd::PrecisionTrace trace;
+    y = mt::conv2d(xg, wg);
+    BOOST_TEST(trace.str() == "conv2d:f32[wmma tf32]", "trace: " << trace.str());
+  }
+  y.backward(gpu(dy));
+  Tensor x64 = x.to(mt::kF64), w64 = w.to(mt::kF64);
+  x64.requires_grad_(), w64.requires_grad_();
+  const Tensor y64 = mt::conv2d(x64, w64);
+  y64.backward(dy.to(mt::kF64));
+  BOOST_TEST(relative_error(y, y64) < 2e-3);
+  BOOST_TEST(relative_error(xg.grad(), x64.grad()) < 2e-3);
+  BOOST_TEST(relative_error(wg.grad(), w64.grad()) < 2e-3);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
