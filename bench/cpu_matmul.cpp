@@ -11,6 +11,12 @@
 // ceiling the fast path can reach. Prints a Markdown table for
 // bench/RESULTS.md.
 //
+// A second table: the MNIST MLP's first layer as the tape hands its products
+// over (batch 128, 784 -> 512: x·wᵀ, dyᵀ·x, dy·w, transposed views as they
+// come), in f32, f16 and bf16, each against one cblas_sgemm of the same shape
+// and transposes on f32 buffers that already exist: what widening, layouts
+// and allocation cost beside the GEMM itself.
+//
 //   ./bench_cpu_matmul            # all sizes
 //   ./bench_cpu_matmul 512        # one size
 #include <algorithm>
@@ -68,6 +74,39 @@ int main(int argc, char** argv) {
       });
       std::printf("| %lld | %s | %.1f | %.2f | %.0fx | %.1f |\n", static_cast<long long>(n), mt::dtype_name(dtype),
                   flops / fast * 1e-9, flops / naive * 1e-9, naive / fast, flops / blas * 1e-9);
+      std::fflush(stdout);
+    }
+  }
+
+  std::printf("\n| MLP product (batch 128, 784 -> 512) | dtype | kernels::matmul ms | sgemm alone ms | matmul / sgemm |\n");
+  std::printf("|---|---|---:|---:|---:|\n");
+  struct Product {
+    const char* what;
+    int64_t a_rows, a_cols, b_rows, b_cols;  // as stored (row-major), before the transposes
+    bool a_t, b_t;                           // the product takes the transposed view
+  };
+  const Product products[] = {{"x·wᵀ (forward)", 128, 784, 512, 784, false, true},
+                              {"dyᵀ·x (weight gradient)", 128, 512, 128, 784, true, false},
+                              {"dy·w (input gradient)", 128, 512, 512, 784, false, false}};
+  for (const Product& p : products) {
+    for (mt::DType dtype : {mt::kF32, mt::kF16, mt::kBF16}) {
+      mt::Generator gen(4321);
+      mt::Tensor a = mt::uniform({p.a_rows, p.a_cols}, -1, 1, dtype, &gen);
+      mt::Tensor b = mt::uniform({p.b_rows, p.b_cols}, -1, 1, dtype, &gen);
+      const mt::Tensor af = a.to(mt::kF32), bf = b.to(mt::kF32);
+      if (p.a_t) a = a.t();
+      if (p.b_t) b = b.t();
+      const int m = static_cast<int>(a.size(0)), k = static_cast<int>(a.size(1)), n = static_cast<int>(b.size(1));
+      mt::Tensor sink;
+      const double ours = median_seconds(51, [&] { sink = mt::kernels::matmul(a, b, a.dtype()); });
+      mt::Tensor cf = mt::empty({m, n});
+      const double blas = median_seconds(51, [&] {
+        cblas_sgemm(CblasRowMajor, p.a_t ? CblasTrans : CblasNoTrans, p.b_t ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
+                    af.data<float>(), static_cast<int>(p.a_cols), bf.data<float>(), static_cast<int>(p.b_cols), 0.0f,
+                    cf.data<float>(), n);
+      });
+      std::printf("| %s | %s | %.3f | %.3f | %.2fx |\n", p.what, mt::dtype_name(dtype), ours * 1e3, blas * 1e3,
+                  ours / blas);
       std::fflush(stdout);
     }
   }

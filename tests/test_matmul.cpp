@@ -332,6 +332,26 @@ BOOST_AUTO_TEST_CASE(matmul_f16_bf16_with_f32_output, MT_CPU_TEST) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(matmul_f16_bf16_widen_large_transposed_operands_in_place, MT_CPU_TEST) {
+  // ops/cpu/matmul.cpp widens a transposed f16/bf16 matrix of 2^16 elements or more in its own layout (sgemm then
+  // reads it as Trans) and a smaller one into row-major order: both sides of that line, as either operand, with
+  // the other operand contiguous or transposed too, and batched. bf16 goes the widening way here too (forced; on
+  // CPUs with AVX512-BF16 it would take the bf16 kernel).
+  const ForceBf16GemmPath widening(Bf16GemmPath::kWidenSgemm);
+  uint64_t seed = 40000;
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    seed += 10;
+    check_matmul(input({96, 700}, dtype, -1, 1, seed, Layout::kTransposed),  // 67,200 elements: kept transposed
+                 input({700, 100}, dtype, -1, 1, seed + 1, Layout::kTransposed), std::nullopt, "both large, seed 1");
+    check_matmul(input({40, 700}, dtype, -1, 1, seed + 2, Layout::kTransposed),  // 28,000: converted row-major
+                 input({700, 100}, dtype, -1, 1, seed + 3, Layout::kTransposed), std::nullopt, "small a, seed 2");
+    check_matmul(input({128, 784}, dtype, -1, 1, seed + 4),  // x·wᵀ of a 784 -> 512 Linear: the MLP's fc1
+                 input({784, 512}, dtype, -1, 1, seed + 5, Layout::kTransposed), DType::kF32, "x wT, seed 4");
+    check_matmul(input({3, 300, 256}, dtype, -1, 1, seed + 6, Layout::kTransposed),  // 76,800 a matrix
+                 input({3, 256, 20}, dtype, -1, 1, seed + 7), std::nullopt, "batched, seed 6");
+  }
+}
+
 // ---- the AVX512-BF16 kernel ----------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(gemm_bf16_every_layout_and_edge_against_float64,

@@ -13,9 +13,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <type_traits>
 
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/ops/backend/amp_math.h>
+#include <mixtape/ops/backend/optim_math.h>
 #include <mixtape/ops/cpu/loops.h>
 
 namespace mixtape::kernels::cpu {
@@ -24,14 +26,29 @@ namespace {
 
 constexpr int64_t kNormBlock = 4096;
 
-/// Calls f(T& element) for every element of t (any layout).
+/// Calls f(T& element) for every element of t (any layout). A run of consecutive elements gets a loop of its own,
+/// which the compiler turns into vector code when f is branch-free.
 template <class T, class F>
 void for_each_element(const Tensor& t, F&& f) {
   const auto L = make_strided_layout<1>(t.shape(), {&t.strides()}, {static_cast<int64_t>(sizeof(T))});
   auto run = [&](const std::array<char*, 1>& p, const std::array<int64_t, 1>& s, int64_t n) {
+    if (s[0] == static_cast<int64_t>(sizeof(T))) {
+      T* v = reinterpret_cast<T*>(p[0]);
+      for (int64_t i = 0; i < n; ++i) f(v[i]);
+      return;
+    }
     for (int64_t i = 0; i < n; ++i) f(*reinterpret_cast<T*>(p[0] + i * s[0]));
   };
   for_each_run<1>(L, {static_cast<char*>(t.data_ptr())}, 0, L.numel, run);
+}
+
+/// v · factor, but v itself where it is NaN (math::rescales); m is v in opmath. f32 and f64 by optim_math::select,
+/// so a contiguous run's loop vectorises (a branch there stays scalar under -ftrapping-math); f16 and bf16 keep the
+/// branch, which leaves a NaN's bits as they were without a round trip through f32.
+template <class T, class M>
+T rescaled(T v, M m, M factor) {
+  if constexpr (std::is_same_v<T, M>) return optim_math::select(math::rescales(m), m * factor, m);
+  else return math::rescales(m) ? convert<T>(m * factor) : v;
 }
 
 /// The K-norm of t's elements in M (see the file comment for the order).
@@ -73,13 +90,13 @@ void non_finite_check_and_unscale_(std::span<const Tensor> tensors, const Tensor
       using T = typename decltype(tag)::type;
       using M = opmath_t<T>;
       const M scale = static_cast<M>(inv);
-      bool non_finite = false;
+      int non_finite = 0;  // an int, not a bool: an OR the compiler vectorises
       for_each_element<T>(t, [&](T& v) {
         const M m = static_cast<M>(v);
         non_finite |= !math::finite(m);
-        if (math::rescales(m)) v = convert<T>(m * scale);
+        v = rescaled(v, m, scale);
       });
-      any_non_finite |= non_finite;
+      any_non_finite |= non_finite != 0;
       if (non_finite && tensor_flags) tensor_flags[i] = 1.0f;
     });
   }
@@ -127,7 +144,7 @@ void foreach_mul_(std::span<const Tensor> tensors, const Tensor& factor) {
       using M = opmath_t<T>;
       const M m = static_cast<M>(f);
       for_each_element<T>(t, [&](T& v) {
-        if (math::rescales(static_cast<M>(v))) v = convert<T>(static_cast<M>(v) * m);
+        v = rescaled(v, static_cast<M>(v), m);
       });
     });
   }

@@ -27,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <mixtape/core/convert.h>
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/ops/backend/scalar_math.h>
 
@@ -107,7 +108,8 @@ struct SumPolicy {
   using Partial = Acc;
   using Result = Acc;
   static Partial identity() { return Acc(0); }
-  static void step(Partial& p, T v, int64_t /*index*/) { p = math::add(p, convert<Acc>(v)); }
+  template <class V>  // T, or T widened to float (reduce_tile)
+  static void step(Partial& p, V v, int64_t /*index*/) { p = math::add(p, convert<Acc>(v)); }
   static Partial run(const char* p, int64_t stride, int64_t n, int64_t /*first*/) {
     return pairwise_sum<T, Acc>(p, stride, n);
   }
@@ -124,7 +126,8 @@ struct ExtremumPolicy {
   using Partial = M;
   using Result = M;
   static bool better(M v, M best) { return kMax ? v > best : v < best; }
-  static void step(Partial& best, T x, int64_t /*index*/) {
+  template <class V>  // T, or T widened to float (reduce_tile)
+  static void step(Partial& best, V x, int64_t /*index*/) {
     const M v = static_cast<M>(x);
     if (v != v || better(v, best)) best = v;
   }
@@ -158,7 +161,8 @@ struct ArgPolicy {
   /// Whether v, seen after best, replaces it.
   static bool takes(M v, M best) { return best == best && (v != v || (kMax ? v > best : v < best)); }
   static Partial identity() { return {M(0), -1}; }
-  static void step(Partial& best, T x, int64_t index) {
+  template <class V>  // T, or T widened to float (reduce_tile)
+  static void step(Partial& best, V x, int64_t index) {
     const M v = static_cast<M>(x);
     if (best.index < 0 || takes(v, best.value)) best = {v, index};
   }
@@ -208,7 +212,15 @@ void reduce_tile(const StridedLayout<1>& red, char* x, int64_t w, int64_t count,
   for_each_run<1>(red, {x}, 0, count, [&](const std::array<char*, 1>& p, const std::array<int64_t, 1>& s, int64_t n) {
     for (int64_t i = 0; i < n; ++i, ++r) {
       const T* row = reinterpret_cast<const T*>(p[0] + i * s[0]);
-      for (int64_t j = 0; j < w; ++j) Policy::step(leaf[j], row[j], r);
+      if constexpr (is_reduced_float(dtype_v<T>)) {
+        // f16/bf16 widen to f32 (exactly) a row at a time, with the CPU's vector conversions (core/convert.h):
+        // element by element the conversion costs more than the sums.
+        float wide[kTile];
+        convert_n(row, wide, w);
+        for (int64_t j = 0; j < w; ++j) Policy::step(leaf[j], wide[j], r);
+      } else {
+        for (int64_t j = 0; j < w; ++j) Policy::step(leaf[j], row[j], r);
+      }
       if (++rows_in_leaf == kLeafRows) flush();
     }
   });
