@@ -110,7 +110,7 @@ BOOST_AUTO_TEST_CASE(max_pool_ties_and_nans_follow_the_definition, MT_CPU_TEST) 
   std::vector<WindowCase> cases = pool_cases();
   cases.push_back({"k2 s1 p1 d3 (windows of padding only)", {1, 2, 2, 2}, window(2, 1, 1, 3)});
   for (const WindowCase& c : cases)
-    for (DType dt : {mt::kF32, mt::kBF16})
+    for (DType dt : {mt::kF32, mt::kF16, mt::kBF16})
       for (bool nans : {false, true}) {
         const Tensor x = tied(c.input, dt, nans);
         const mt::kernels::MaxPoolResult r = mt::kernels::max_pool2d(x, c.w);

@@ -134,28 +134,42 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
         }
       }
     };
-#pragma omp parallel for schedule(static) if (x.numel() >= kParallelMin)
-    for (int64_t nc = 0; nc < p.count(); ++nc) {
-      const T* src = xp + nc * p.in_plane();
-      T* dst = yp + nc * p.out_plane();
-      int32_t* idx = ip + nc * p.out_plane();
-      if (two_by_two) {
-        if constexpr (std::is_same_v<T, float>) {
-          if (has_avx512f()) {
-            max_pool_2x2_avx512(src, p.w, p.ho, p.wo, dst, idx);
-            continue;
+#pragma omp parallel if (x.numel() >= kParallelMin)
+    {
+      std::vector<float> wide;  // f16/bf16: a plane widened to f32, and the f32 kernel's outputs
+#pragma omp for schedule(static)
+      for (int64_t nc = 0; nc < p.count(); ++nc) {
+        const T* src = xp + nc * p.in_plane();
+        T* dst = yp + nc * p.out_plane();
+        int32_t* idx = ip + nc * p.out_plane();
+        if (two_by_two) {
+          if constexpr (std::is_same_v<T, float>) {
+            if (has_avx512f()) {
+              max_pool_2x2_avx512(src, p.w, p.ho, p.wo, dst, idx);
+              continue;
+            }
+          } else if constexpr (is_reduced_float(dtype_v<T>)) {
+            // The plane widened exactly in one vector pass (element by element the conversions cost more than the
+            // comparisons), pooled by the f32 kernel; each output is then the tap it chose, copied bit for bit.
+            if (has_avx512f()) {
+              wide.resize(static_cast<size_t>(p.in_plane() + p.out_plane()));
+              convert_run(src, wide.data(), p.in_plane());
+              max_pool_2x2_avx512(wide.data(), p.w, p.ho, p.wo, wide.data() + p.in_plane(), idx);
+              for (int64_t o = 0; o < p.out_plane(); ++o) dst[o] = src[idx[o]];
+              continue;
+            }
           }
+          pool_2x2(src, dst, idx);
+          continue;
         }
-        pool_2x2(src, dst, idx);
-        continue;
+        for (int64_t oh = 0; oh < p.ho; ++oh)
+          for (int64_t ow = 0; ow < p.wo; ++ow) {
+            const int64_t o = oh * p.wo + ow, at = window_argmax(src, oh, ow);
+            idx[o] = static_cast<int32_t>(at);
+            // A window whose every tap is padding (only possible with a dilation wider than the input) gives -inf.
+            dst[o] = at >= 0 ? src[at] : convert<T>(-std::numeric_limits<M>::infinity());
+          }
       }
-      for (int64_t oh = 0; oh < p.ho; ++oh)
-        for (int64_t ow = 0; ow < p.wo; ++ow) {
-          const int64_t o = oh * p.wo + ow, at = window_argmax(src, oh, ow);
-          idx[o] = static_cast<int32_t>(at);
-          // A window whose every tap is padding (only possible with a dilation wider than the input) gives -inf.
-          dst[o] = at >= 0 ? src[at] : convert<T>(-std::numeric_limits<M>::infinity());
-        }
     }
   });
   return r;
@@ -175,14 +189,22 @@ Tensor max_pool2d_backward(const Tensor& dy_in, const Tensor& indices_in, const 
     T* xp = dx.data<T>();
 #pragma omp parallel if (dx.numel() >= kParallelMin)
     {
-      std::vector<M> scratch;
+      std::vector<M> scratch, wide;  // wide: f16/bf16 dy's plane in f32, widened in one vector pass
 #pragma omp for schedule(static)
       for (int64_t nc = 0; nc < count; ++nc) {
         const T* g = gp + nc * out_plane;
         const int32_t* idx = ip + nc * out_plane;
+        const M* gm;
+        if constexpr (std::is_same_v<T, M>) {
+          gm = g;
+        } else {
+          wide.resize(static_cast<size_t>(out_plane));
+          convert_run(g, wide.data(), out_plane);
+          gm = wide.data();
+        }
         accumulate_into(xp + nc * in_plane, in_plane, scratch, [&](M* acc) {
           for (int64_t o = 0; o < out_plane; ++o)
-            if (idx[o] >= 0) acc[idx[o]] += static_cast<M>(g[o]);
+            if (idx[o] >= 0) acc[idx[o]] += gm[o];
         });
       }
     }
