@@ -88,6 +88,15 @@ BOOST_AUTO_TEST_CASE(dtype_conversion) {
              boost::test_tools::per_element());
   BOOST_TEST(mt::tensor({0.0f, 0.5f}).to(mt::kBool).to_vector<bool>() == std::vector<bool>({false, true}),
              boost::test_tools::per_element());
+  // A mask (dropout's) back to numbers: 1 or 0 exactly, in every floating dtype (f16 and bf16 by their own loop),
+  // over a run long enough for vector code and its remainder.
+  std::vector<float> pattern(70);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = (i * 7) % 3 == 0 ? 1.0f : 0.0f;
+  const mt::Tensor mask = mt::from_vector(pattern, {70}).to(mt::kBool);
+  for (mt::DType dt : {mt::kF16, mt::kBF16, mt::kF32, mt::kF64}) {
+    const std::vector<float> got = mask.to(dt).to_vector<float>();
+    BOOST_TEST(got == pattern, boost::test_tools::per_element());
+  }
   // to() the same dtype returns the same tensor, like PyTorch.
   BOOST_TEST(x.to(mt::kF64).is_same(x));
 }
