@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("\n| MLP product (batch 128, 784 -> 512) | dtype | kernels::matmul ms | sgemm alone ms | matmul / sgemm |\n");
+  std::printf("\n| MLP product (batch 128, 784 -> 512) | dtype | kernels::matmul ms | sgemm alone ms | "
+              "matmul / sgemm |\n");
   std::printf("|---|---|---:|---:|---:|\n");
   struct Product {
     const char* what;

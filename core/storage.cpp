@@ -48,9 +48,10 @@ void convert_copy(const Tensor& dst, const Tensor& src) {
       }
       if constexpr (std::is_same_v<From, bool> && (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>)) {
         // A mask (dropout's) to f16/bf16: 1's bits times the mask, branch-free and vector code; convert<Half>(true)
-        // rounds from double in software, an element at a time (7.6 ms for dropout's 1.2M-element mask).
+        // rounds from double in software, an element at a time (7 ms for the MNIST CNN's 1.2M-element mask).
         const uint16_t one = convert<To>(true).bits;
-        for (int64_t i = 0; i < n; ++i) dt[i] = To::from_bits(static_cast<uint16_t>(one * static_cast<uint16_t>(st[i])));
+        for (int64_t i = 0; i < n; ++i)
+          dt[i] = To::from_bits(static_cast<uint16_t>(one * static_cast<uint16_t>(st[i])));
         return;
       }
       for (int64_t i = 0; i < n; ++i) dt[i] = convert<To>(st[i]);
