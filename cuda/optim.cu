@@ -42,7 +42,7 @@ enum Slot : int { kParam, kGrad, kState0, kState1, kState2, kMaster, kSlots };
 /// A parameter's update count: its counter in device memory when it has one, else the host's value.
 struct StepRef {
   int64_t value;
-  const int64_t* count;
+  const int32_t* count;
   int64_t index;
   __device__ int64_t get() const { return count != nullptr ? *count : value; }
 };
@@ -346,14 +346,18 @@ namespace {
 /// Counters a count_steps_kernel launch advances (kernel parameters: no copy to the device).
 constexpr int kCountsPerLaunch = 64;
 struct Counters {
-  int64_t* at[kCountsPerLaunch];
+  int32_t* at[kCountsPerLaunch];
   int n;
 };
 
-/// Each of c's counters += 1 unless the step is skipped; one thread per counter.
+/// Each of c's counters += 1 unless the step is skipped or the count is 2^31 − 1 (it stays there, as on the CPU);
+/// one thread per counter.
 __global__ void count_steps_kernel(Counters c, const float* found_inf) {
   if (skipped(found_inf)) return;
-  if (static_cast<int>(threadIdx.x) < c.n) ++*c.at[threadIdx.x];
+  if (static_cast<int>(threadIdx.x) < c.n) {
+    int32_t* count = c.at[threadIdx.x];
+    if (*count < INT32_MAX) ++*count;
+  }
 }
 
 }  // namespace
@@ -365,7 +369,7 @@ void optim_count_steps_(std::span<const Tensor> counts, const Tensor& found_inf)
   for (size_t first = 0; first < counts.size(); first += kCountsPerLaunch) {
     Counters c{};
     c.n = static_cast<int>(std::min<size_t>(kCountsPerLaunch, counts.size() - first));
-    for (int k = 0; k < c.n; ++k) c.at[k] = static_cast<int64_t*>(counts[first + static_cast<size_t>(k)].data_ptr());
+    for (int k = 0; k < c.n; ++k) c.at[k] = static_cast<int32_t*>(counts[first + static_cast<size_t>(k)].data_ptr());
     count_steps_kernel<<<1, kCountsPerLaunch, 0, launch_stream()>>>(c, skip);
     MT_CUDA_CHECK_LAUNCH("count_steps_kernel (", c.n, " counters on ", counts[0].device(), ")");
   }

@@ -85,7 +85,7 @@ void AdamBase::update(const Tensor& found_inf) {
       std::vector<kernels::OptimStep> steps;
       for (size_t i : b.indices) {
         const Tensor& count = begin_update(i);
-        steps.push_back({.count = static_cast<const int64_t*>(count.data_ptr()), .index = static_cast<int64_t>(i)});
+        steps.push_back({.count = static_cast<const int32_t*>(count.data_ptr()), .index = static_cast<int64_t>(i)});
         counts.push_back(count);
         exp_avgs.push_back(state_buffer(i, "exp_avg"));
         exp_avg_sqs.push_back(state_buffer(i, "exp_avg_sq"));

@@ -158,20 +158,19 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
 }
 
 std::vector<size_t> GradScaler::non_finite_gradients(const optim::Optimizer& optimizer) const {
-  for (const std::vector<OptimizerState>* states : {&m_states, &m_last_states})
-    for (const OptimizerState& s : *states) {
-      if (!same_owner(s.lifetime, optimizer.lifetime()) || s.tensor_flags.empty()) continue;
-      std::vector<size_t> found;
-      for (const auto& [indices, flags] : s.tensor_flags) {
-        const std::vector<float> f = flags.to_vector<float>();  // the host read, only when asked
-        for (size_t i = 0; i < indices.size(); ++i)
-          if (f[i] != 0) found.push_back(indices[i]);
-      }
-      std::sort(found.begin(), found.end());
-      return found;
+  for (const OptimizerState& s : m_states) {
+    if (!same_owner(s.lifetime, optimizer.lifetime()) || s.tensor_flags.empty()) continue;
+    std::vector<size_t> found;
+    for (const auto& [indices, flags] : s.tensor_flags) {
+      const std::vector<float> f = flags.to_vector<float>();  // the host read, only when asked
+      for (size_t i = 0; i < indices.size(); ++i)
+        if (f[i] != 0) found.push_back(indices[i]);
     }
-  MT_ERROR("GradScaler.non_finite_gradients: optimizer ", optimizer.name(), " was not unscaled since the update ",
-           "before last (call it after step() or unscale_())");
+    std::sort(found.begin(), found.end());
+    return found;
+  }
+  MT_ERROR("GradScaler.non_finite_gradients: optimizer ", optimizer.name(), " was not unscaled since the last ",
+           "update() (call it after step() or unscale_(), before update())");
 }
 
 Tensor GradScaler::any_found_inf(const std::vector<Tensor>& flags) const {
@@ -270,7 +269,7 @@ void GradScaler::update(const Tensor& new_scale) {
 }
 
 void GradScaler::end_step() {
-  m_last_states = std::move(m_states);  // non_finite_gradients() still answers for the step just ended
+  // The step's flags go with it: none is held through the next forward and backward, where the peak is.
   m_states.clear();
 }
 

@@ -78,9 +78,11 @@ class GradScaler {
   /// The steps skipped so far by step() and step_on_device() (a host read of the device's count, when asked).
   int64_t skipped_steps() const;
 
-  /// Which of the optimizer's parameters (indices in optimizer.parameters()) had an inf or NaN gradient at its last
-  /// unscale (this step's, or the one the last update() ended): the flags the unscale pass set per gradient, read
-  /// back here (a synchronisation, only when asked). An error when the optimizer was not unscaled in either.
+  /// Which of the optimizer's parameters (indices in optimizer.parameters()) had an inf or NaN gradient at this
+  /// step's unscale: the flags the unscale pass set per gradient, read back here (a synchronisation, only when
+  /// asked). Ask before update(), which frees them with the step's found-inf flags, as PyTorch's update() drops its
+  /// found_inf (an amp::Inspect's report keeps its own copy); an error when the optimizer was not unscaled since
+  /// the last update().
   std::vector<size_t> non_finite_gradients(const optim::Optimizer& optimizer) const;
 
   /// The new scale from this step's found-inf flags (of every optimizer and device, combined): x backoff_factor
@@ -142,7 +144,7 @@ class GradScaler {
   /// The found-inf flags (each (1) f32, 0 or 1, on any device) in one on the scale's device: 1 if any is 1 (one flag
   /// there: that flag itself, to be read only). Device to device copies, no host read; undefined for no flags.
   Tensor any_found_inf(const std::vector<Tensor>& flags) const;
-  /// Every update() ends the step: the optimizers' states move to m_last_states.
+  /// Every update() ends the step: the optimizers' states and their flags are freed.
   void end_step();
 
   GradScalerOptions m_options;
@@ -151,8 +153,7 @@ class GradScaler {
   Tensor m_growth_tracker;  // (1) i32, on the scale's device
   Tensor m_skipped;         // (1) f32 on the scale's device: step_on_device()'s skipped steps (exact to 2^24)
   int64_t m_skipped_read = 0;  // step()'s, which it read anyway
-  std::vector<OptimizerState> m_states;       // the optimizers seen since the last update()
-  std::vector<OptimizerState> m_last_states;  // those of the step the last update() ended
+  std::vector<OptimizerState> m_states;  // the optimizers seen since the last update()
 };
 
 namespace detail {

@@ -259,7 +259,7 @@ Tensor& Optimizer::begin_update(size_t i) {
   ParamState& s = m_state.at(i);
   const Tensor& p = parameters_at(i);
   if (has_master(p) && !s.has("master")) s.buffers.emplace_back("master", raw::clone(raw::to(p, DType::kF32)));
-  if (!s.step.defined()) s.step = zeros({}, TensorOptions(DType::kI64).device(p.device()));
+  if (!s.step.defined()) s.step = zeros({}, TensorOptions(DType::kI32).device(p.device()));
   // A count is a count on any device: it follows a parameter moved after its first step (an optimizer without
   // buffers, plain SGD, may go on; one with buffers is stopped by gradient_buckets' check).
   if (s.step.device() != p.device()) s.step = raw::to(s.step, p.device());
@@ -303,7 +303,7 @@ StateDict Optimizer::state_dict() const {
     const ParamState& s = m_state[i];
     // The count is read back (a synchronisation per parameter on a GPU, only here): a parameter whose every update
     // was skipped on the device has no state to save, as if never stepped.
-    const int64_t step = s.step.defined() ? s.step.item<int64_t>() : 0;
+    const int64_t step = s.step.defined() ? s.step.item<int32_t>() : 0;
     if (step == 0) continue;
     const std::string prefix = "state." + std::to_string(i) + ".";
     sd.insert(prefix + "step", i64_scalar(step));
@@ -372,9 +372,10 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     const Tensor& p = parameters_at(i);
     const Tensor& count = sd.expect(who, prefix + "step", Shape{}, DType::kI64);
     const int64_t step = count.item<int64_t>();
-    MT_CHECK(step >= 1, who, ".load_state_dict: '", prefix, "step' is ", step, ", expected a count >= 1");
-    state[i].step = empty({}, TensorOptions(DType::kI64).device(p.device()));
-    raw::copy_(state[i].step, count);  // a copy: the dict may be another optimizer's live state
+    MT_CHECK(step >= 1 && step <= INT32_MAX, who, ".load_state_dict: '", prefix, "step' is ", step,
+             ", expected a count in [1, ", INT32_MAX, "]");
+    state[i].step = empty({}, TensorOptions(DType::kI32).device(p.device()));
+    raw::copy_(state[i].step, count);  // the dict's i64 in the i32 counter (a copy: the dict may be live state)
     std::vector<std::pair<std::string, DType>> names;  // in the order a step creates them: the master first
     if (has_master(p)) names.emplace_back("master", DType::kF32);
     for (const StateBuffer& b : buffers)

@@ -129,7 +129,8 @@ class Optimizer {
   /// device, f32 for f16/bf16 parameters) and the update count. Derived optimizers create entries lazily, on a
   /// parameter's first update, as PyTorch does.
   struct ParamState {
-    Tensor step;  // the update count: i64 0-d on the parameter's device (undefined before its first update)
+    Tensor step;  // the update count: i32 0-d on the parameter's device (undefined before its first update); it
+                  // stops at 2^31 − 1. 4 bytes, as PyTorch's f32 count, and exact where f32 stops at 2^24
     std::vector<std::pair<std::string, Tensor>> buffers;  // "momentum_buffer", "exp_avg", "master", ...
     Tensor& buffer(const std::string& name);               // an error when absent
     bool has(const std::string& name) const;

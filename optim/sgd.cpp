@@ -79,7 +79,7 @@ void SGD::update(const Tensor& found_inf) {
       std::vector<kernels::OptimStep> steps;
       for (size_t i : b.indices) {
         const Tensor& count = begin_update(i);
-        kernels::OptimStep s{.count = static_cast<const int64_t*>(count.data_ptr()), .index = static_cast<int64_t>(i)};
+        kernels::OptimStep s{.count = static_cast<const int32_t*>(count.data_ptr()), .index = static_cast<int64_t>(i)};
         // A buffer created by a step that found_inf then skips stays zero and is not "first" at the next step, as
         // with PyTorch's fused SGD: the same result unless dampening is nonzero.
         if (hyper.momentum != 0) momentum_buffers.push_back(state_buffer(i, "momentum_buffer", &s.first_momentum));

@@ -261,7 +261,8 @@ BOOST_AUTO_TEST_CASE(step_on_device_trains_as_step_does, MT_CPU_TEST) {
 }
 
 // The unscale pass flags each gradient that held inf/NaN, in the same pass as found_inf: non_finite_gradients()
-// names the parameters (indices in optimizer.parameters(); one without a gradient keeps its index).
+// names the parameters (indices in optimizer.parameters(); one without a gradient keeps its index) until update()
+// frees the step's flags.
 BOOST_AUTO_TEST_CASE(the_unscale_pass_says_which_gradients_were_not_finite, MT_CPU_TEST) {
   Tensor w = leaf({0.5, -1.0, 2.0, 0.25}, {2, 2}), unused = leaf({1.0}, {1}), b = leaf({0.1, 0.2}, {2});
   Descent opt({w, unused, b});
@@ -272,8 +273,9 @@ BOOST_AUTO_TEST_CASE(the_unscale_pass_says_which_gradients_were_not_finite, MT_C
   writable_grad(b).set({1}, kNaN);
   BOOST_TEST(!scaler.step(opt));
   BOOST_TEST(scaler.non_finite_gradients(opt) == std::vector<size_t>{2}, boost::test_tools::per_element());
-  scaler.update();  // still readable after the update that ended the step
-  BOOST_TEST(scaler.non_finite_gradients(opt) == std::vector<size_t>{2}, boost::test_tools::per_element());
+  BOOST_TEST(scaler.non_finite_gradients(opt) == std::vector<size_t>{2}, boost::test_tools::per_element());  // again
+  scaler.update();  // ends the step: its flags are gone
+  expect_error([&] { scaler.non_finite_gradients(opt); }, {"non_finite_gradients", "was not unscaled", "update()"});
   opt.zero_grad();
   scaler.scale(linear_loss({w, b}, coefs)).backward();
   writable_grad(w).set({0, 0}, kInf);
@@ -286,6 +288,32 @@ BOOST_AUTO_TEST_CASE(the_unscale_pass_says_which_gradients_were_not_finite, MT_C
   scaler.scale(linear_loss({w, b}, coefs)).backward();
   BOOST_TEST(scaler.step(opt));
   BOOST_TEST(scaler.non_finite_gradients(opt).empty());
+}
+
+// Between two steps (after update() and zero_grad()) an AdamW with a scaler keeps, beyond the parameters, exactly
+// what PyTorch's fused AdamW and GradScaler keep, plus the skipped-step count: the moments, one 4-byte update count
+// per parameter (PyTorch's f32; mixtape's i32), the scale, the growth tracker; no found-inf or per-gradient flag of
+// the step before (that would sit in the next backward, at the training step's peak).
+BOOST_AUTO_TEST_CASE(between_steps_the_scaler_and_adamw_keep_their_state_only, MT_CPU_TEST) {
+  Tensor w = leaf({0.5, -1.0, 2.0, 0.25}, {2, 2}), b = leaf({0.1, 0.2}, {2});
+  const std::vector<Tensor> coefs = {constant({1, 2, 3, 4}, {2, 2}), constant({-1, 1}, {2})};
+  const int64_t base = mt::cpu_memory_stats().allocated_bytes;
+  {
+    mt::optim::AdamW opt({w, b});
+    GradScaler scaler({.init_scale = 1024.0});
+    for (int step = 0; step < 3; ++step) {
+      scaler.scale(linear_loss({w, b}, coefs)).backward();
+      if (step == 1) writable_grad(b).set({0}, kInf);  // a skipped step in between
+      scaler.step_on_device(opt);
+      scaler.update();
+      opt.zero_grad();
+    }
+    BOOST_TEST(opt.state_dict().at("state.0.step").item<int64_t>() == 2);  // the dict's count: i64, as before
+    BOOST_TEST(scaler.skipped_steps() == 1);
+    const int64_t moments = 2 * (4 + 2) * 4, counts = 2 * 4, scaler_state = 3 * 4;  // scale, tracker, skipped
+    BOOST_TEST(mt::cpu_memory_stats().allocated_bytes - base == moments + counts + scaler_state);
+  }
+  BOOST_TEST(mt::cpu_memory_stats().allocated_bytes == base);
 }
 
 BOOST_AUTO_TEST_CASE(the_scale_grows_after_growth_interval_clean_steps, MT_CPU_TEST) {

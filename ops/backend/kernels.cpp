@@ -258,10 +258,10 @@ bool adam_step_ok(std::span<const Tensor> params, std::span<const Tensor> grads,
 /// A step's skip flag: absent, or one f32 element.
 bool found_inf_ok(const Tensor& found_inf) { return !found_inf.defined() || is_f32_scalar(found_inf); }
 
-/// Update counters: one writable i64 element each.
+/// Update counters: one writable i32 element each.
 bool count_steps_ok(std::span<const Tensor> counts) {
   return std::all_of(counts.begin(), counts.end(), [](const Tensor& c) {
-    return c.defined() && c.dtype() == DType::kI64 && c.numel() == 1 && writable(c);
+    return c.defined() && c.dtype() == DType::kI32 && c.numel() == 1 && writable(c);
   });
 }
 

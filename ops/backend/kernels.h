@@ -346,7 +346,7 @@ struct MaxPoolResult {
 /// What an optimizer step kernel needs of each parameter of its lists besides its tensors.
 struct OptimStep {
   int64_t step = 1;             // the parameter's update count including this one (>= 1): Adam's bias corrections
-  const int64_t* count = nullptr;  // when set, the count is read here instead, in the memory of the call's device
+  const int32_t* count = nullptr;  // when set, the count is read here instead, in the memory of the call's device
                                    // (the optimizer's counters, which optim_count_steps_ advanced: a step that is
                                    // skipped on the device never reads the host)
   int64_t index = 0;            // the parameter's index in its optimizer: with step and the seed, the key of its
@@ -412,8 +412,9 @@ inline bool same_kernels(const AdamHyper& a, const AdamHyper& b) {
 //   adam_step_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, steps, hyper, found_inf, at_replay)
 //       Adam, or AdamW with hyper.decoupled_weight_decay; max_exp_avg_sqs: one per parameter when hyper.amsgrad,
 //       else none.
-//   optim_count_steps_(counts, found_inf)  each count (a one-element i64 tensor) += 1 unless found_inf is nonzero:
-//       the parameters' update counts, advanced before the step that reads them.
+//   optim_count_steps_(counts, found_inf)  each count (a one-element i32 tensor) += 1 unless found_inf is nonzero
+//       or the count is already 2^31 − 1, where it stays: the parameters' update counts, advanced before the step
+//       that reads them.
 #define MT_KERNELS_OPTIM(X)                                                                                    \
   X(void, sgd_step_,                                                                                           \
     (std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_buffers,  \

@@ -411,7 +411,10 @@ void adam_step_(std::span<const Tensor> params, std::span<const Tensor> grads, s
 
 void optim_count_steps_(std::span<const Tensor> counts, const Tensor& found_inf) {
   if (skipped(found_inf)) return;
-  for (const Tensor& c : counts) ++*static_cast<int64_t*>(c.data_ptr());
+  for (const Tensor& c : counts) {
+    int32_t& count = *static_cast<int32_t*>(c.data_ptr());
+    if (count < INT32_MAX) ++count;  // saturates (kernels.h); Adam's bias corrections are 1 in f64 from step ~37k
+  }
 }
 
 }  // namespace mixtape::kernels::cpu
