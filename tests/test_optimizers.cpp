@@ -10,6 +10,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -386,6 +387,8 @@ BOOST_AUTO_TEST_CASE(load_state_dict_errors_name_the_key_and_change_nothing, MT_
                     "a step count stored as f64");
   expect_load_error(edited("state.0.step", mt::from_vector<int64_t>({0}, Shape{})), {"state.0.step", "is 0"},
                     "a step count of 0");
+  expect_load_error(edited("state.0.step", mt::from_vector<int64_t>({int64_t{INT32_MAX} + 1}, Shape{})),
+                    {"state.0.step", "is 2147483648", "[1, 2147483647]"}, "a step count past the i32 counter");
   expect_load_error(edited("param_groups.1.params", mt::from_vector<int64_t>({0}, Shape{1})),
                     {"param_groups.1.params", "lists parameter 0", "expected 1"}, "another parameter in group 1");
   expect_load_error(edited("param_groups.0.params", mt::from_vector<int64_t>({0, 1}, Shape{2})),
@@ -604,6 +607,27 @@ BOOST_AUTO_TEST_CASE(a_step_skipped_on_the_device_is_no_step_at_all, MT_CPU_TEST
   BOOST_TEST(!adamw.state_dict().contains("state.0.step"));
   expect_error([&] { adamw.step(mt::full({2}, 0.0)); }, {"AdamW.step(found_inf)", "one-element f32", "[2]"});
   expect_error([&] { adamw.step(mt::full({1}, 0.0, DType::kF64)); }, {"AdamW.step(found_inf)", "f64"});
+}
+
+// The update count is an i32 counter on the parameter's device: it stops at 2^31 − 1 (Adam's bias corrections are 1
+// long before) instead of wrapping to a negative count.
+BOOST_AUTO_TEST_CASE(the_update_count_stops_at_its_largest_value, MT_CPU_TEST) {
+  std::vector<Tensor> p = leaves({{3}}, DType::kF32, 97);
+  opt::AdamW adamw(p, {.lr = 0.01});
+  set_grads(p, 98);
+  adamw.step();
+  StateDict sd = adamw.state_dict();
+  for (int64_t count : {int64_t{INT32_MAX} - 1, int64_t{INT32_MAX}}) {
+    StateDict edited;
+    for (const auto& [k, t] : sd) edited.insert(k, k == "state.0.step" ? mt::from_vector<int64_t>({count}, Shape{})
+                                                                         : mt::raw::clone(t));
+    adamw.load_state_dict(edited);
+    adamw.step();
+    BOOST_TEST(adamw.state_dict().at("state.0.step").item<int64_t>() == INT32_MAX);
+    adamw.step();
+    BOOST_TEST(adamw.state_dict().at("state.0.step").item<int64_t>() == INT32_MAX);
+    for (float v : p[0].to_vector<float>()) BOOST_TEST(std::isfinite(v));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_step_skipped_on_cuda_is_no_step_at_all, MT_GPU_TEST) {
