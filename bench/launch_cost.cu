@@ -6,6 +6,9 @@
 // times the parts in-process, on the thread's current stream (the one mixtape launches on):
 //   bare launch          an empty kernel, <<<1, 32>>> (CUDA's launch path alone)
 //   bare + error check   the same and cudaGetLastError, as every mixtape launch checks
+//   bare + 5 cudaGetDevice  the same after five cudaGetDevice calls: what mixtape's launchers and guards ask a
+//                        launch of the eager AMP MLP step (278 calls for 52 launches in fp16, counted under
+//                        bench/null_cudart.cpp)
 //   empty (1) f32        mixtape::empty on the device: the caching allocator's round trip, no kernel
 //   add, no grad         a + b of (1) f32 tensors under NoGradGuard: dispatch, output allocation, one kernel
 //   add, recorded        the same with a requiring grad: the tape's node on top
@@ -106,6 +109,11 @@ int main(int argc, char** argv) {
   row("bare + error check", [&] {
     empty_kernel<<<1, 32, 0, stream>>>();
     MT_CUDA_CHECK_LAUNCH("empty_kernel");
+  }, bare.submit_us);
+  row("bare + 5 cudaGetDevice", [&] {
+    int device = 0;
+    for (int i = 0; i < 5; ++i) (void)cudaGetDevice(&device);
+    empty_kernel<<<1, 32, 0, stream>>>();
   }, bare.submit_us);
 
   const mt::Device dev = mt::Device::cuda();

@@ -1,0 +1,409 @@
+// bench/null_cudart.cpp — a CUDA runtime that runs nothing: every call returns at once and succeeds, device memory
+// is host memory, kernels are launched nowhere. Loaded in place of libcudart.so, it leaves a CUDA program's host side
+// running as it would beside a GPU, minus CUDA's own cost: what is left is the program's host code alone (mixtape's
+// dispatch, tape, allocator and launch preparation), which a machine without a GPU can then time and profile.
+//
+// The sixth GPU run (bench/RESULTS.md) found the eager AMP MLP step host-bound at ~5.7 µs a launch; bench_gpu_launch
+// and bench_mnist_gpu run under this runtime say how much of that is mixtape's own. Values computed "on the device"
+// are garbage (nothing runs), so only timings and call counts mean anything; a host read gets whatever the memory
+// holds. With MIXTAPE_NULL_CUDART_REPORT set, the process prints at exit how often each runtime function was called
+// (two runs of different step counts give the calls a step makes).
+//
+//   cmake -S . -B build-null -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA_RUNTIME=Shared
+//   cmake --build build-null --target bench_gpu_launch bench_mnist_gpu null_cudart
+//   LD_LIBRARY_PATH=build-null/bench/null_cudart build-null/bench/bench_gpu_launch
+//
+// (A default build links CUDA's runtime statically into libmixtape.so, where no other library can stand in for it:
+// hence the Shared build.) It implements the runtime functions mixtape, Thrust/CUB's calls in it and nvcc's launch
+// stubs use, and reports itself as one H100-like device (sm_90, 132 SMs); a program calling another function fails
+// to load with an undefined symbol, which says what to add here.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace {
+
+/// How often one runtime function was called.
+struct Calls {
+  explicit Calls(const char* name);
+  const char* name;
+  std::atomic<long> count{0};
+};
+
+// The registry and every Calls are never destroyed: the report runs at exit, after function-local statics made
+// later than it are gone.
+std::mutex g_registry_mutex;
+std::vector<const Calls*>& registry() {
+  static auto* calls = new std::vector<const Calls*>;
+  return *calls;
+}
+
+Calls::Calls(const char* n) : name(n) {
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  registry().push_back(this);
+}
+
+struct Report {
+  ~Report() {
+    if (std::getenv("MIXTAPE_NULL_CUDART_REPORT") == nullptr) return;
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    std::vector<const Calls*> calls = registry();
+    std::sort(calls.begin(), calls.end(), [](const Calls* a, const Calls* b) { return a->count > b->count; });
+    std::fprintf(stderr, "null_cudart: runtime calls of this process\n");
+    for (const Calls* c : calls) std::fprintf(stderr, "%12ld %s\n", c->count.load(), c->name);
+  }
+} g_report;
+
+/// Counts a call of the function it stands in (one Calls a function, registered on its first call).
+#define MT_NULL_COUNT(name) \
+  do { static Calls& calls_ = *new Calls{name}; calls_.count.fetch_add(1, std::memory_order_relaxed); } while (0)
+
+/// A `<<<grid, block, shmem, stream>>>` launch: nvcc's stub pushes it, then pops it before launching.
+struct LaunchConfig {
+  dim3 grid, block;
+  size_t shared_bytes;
+  void* stream;
+};
+thread_local std::vector<LaunchConfig> t_configs;
+
+int g_fatbin_handle = 0;
+
+/// Host memory standing in for device memory: 256-byte aligned, as cudaMalloc's.
+void* aligned(size_t bytes) { return std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256); }
+
+/// A handle (stream, event, graph) that is only ever compared and destroyed.
+template <class Handle>
+Handle new_handle() {
+  return reinterpret_cast<Handle>(new int(0));
+}
+template <class Handle>
+void delete_handle(Handle h) {
+  delete reinterpret_cast<int*>(h);
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- what nvcc's generated code calls: fat binary registration and the <<<...>>> launch stubs ----
+
+void** __cudaRegisterFatBinary(void*) { return reinterpret_cast<void**>(&g_fatbin_handle); }
+void __cudaRegisterFatBinaryEnd(void**) {}
+void __cudaUnregisterFatBinary(void**) {}
+void __cudaRegisterFunction(void**, const char*, char*, const char*, int, uint3*, uint3*, dim3*, dim3*, int*) {}
+void __cudaRegisterVar(void**, char*, char*, const char*, int, size_t, int, int) {}
+void __cudaRegisterManagedVar(void**, void**, char*, const char*, int, size_t, int, int) {}
+char __cudaInitModule(void**) { return 0; }
+unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shared_bytes, struct CUstream_st* stream) {
+  t_configs.push_back({grid, block, shared_bytes, stream});
+  return 0;
+}
+cudaError_t __cudaPopCallConfiguration(dim3* grid, dim3* block, size_t* shared_bytes, void* stream) {
+  const LaunchConfig c = t_configs.back();
+  t_configs.pop_back();
+  *grid = c.grid;
+  *block = c.block;
+  *shared_bytes = c.shared_bytes;
+  *static_cast<void**>(stream) = c.stream;
+  return cudaSuccess;
+}
+cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* fn) {
+  *kernel = reinterpret_cast<cudaKernel_t>(const_cast<void*>(fn));
+  return cudaSuccess;
+}
+cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t) {
+  MT_NULL_COUNT("kernel launch (<<<...>>>)");
+  return cudaSuccess;
+}
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t) {
+  MT_NULL_COUNT("kernel launch (<<<...>>>, per-thread stream)");
+  return cudaSuccess;
+}
+cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream_t) {
+  MT_NULL_COUNT("cudaLaunchKernel");
+  return cudaSuccess;
+}
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) {
+  MT_NULL_COUNT("cudaLaunchKernelExC");
+  return cudaSuccess;
+}
+
+// ---- errors and the device ----
+
+cudaError_t cudaGetLastError(void) {
+  MT_NULL_COUNT("cudaGetLastError");
+  return cudaSuccess;
+}
+cudaError_t cudaPeekAtLastError(void) {
+  MT_NULL_COUNT("cudaPeekAtLastError");
+  return cudaSuccess;
+}
+const char* cudaGetErrorString(cudaError_t) { return "an error of the null CUDA runtime (bench/null_cudart.cpp)"; }
+const char* cudaGetErrorName(cudaError_t) { return "cudaErrorNullRuntime"; }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  MT_NULL_COUNT("cudaGetDevice");
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int) {
+  MT_NULL_COUNT("cudaSetDevice");
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+  MT_NULL_COUNT("cudaDeviceSynchronize");
+  return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+  MT_NULL_COUNT("cudaGetDeviceProperties");
+  std::memset(p, 0, sizeof *p);
+  std::snprintf(p->name, sizeof p->name, "null CUDA runtime (no kernel runs)");
+  p->major = 9;
+  p->minor = 0;
+  p->multiProcessorCount = 132;
+  p->warpSize = 32;
+  p->totalGlobalMem = size_t{80} << 30;
+  p->sharedMemPerBlock = 48 << 10;
+  p->sharedMemPerBlockOptin = 227 << 10;
+  p->sharedMemPerMultiprocessor = 228 << 10;
+  p->regsPerBlock = p->regsPerMultiprocessor = 65536;
+  p->maxThreadsPerBlock = 1024;
+  p->maxThreadsPerMultiProcessor = 2048;
+  p->maxBlocksPerMultiProcessor = 32;
+  p->l2CacheSize = 50 << 20;
+  p->maxGridSize[0] = 2147483647;
+  p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+  p->maxThreadsDim[2] = 64;
+  p->memoryBusWidth = 5120;
+  p->clusterLaunch = 1;
+  p->concurrentKernels = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  MT_NULL_COUNT("cudaDeviceGetAttribute");
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+    case cudaDevAttrMultiProcessorCount: *value = 132; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = 48 << 10; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 227 << 10; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = 228 << 10; break;
+    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = 2048; break;
+    case cudaDevAttrWarpSize: *value = 32; break;
+    case cudaDevAttrMaxRegistersPerBlock:
+    case cudaDevAttrMaxRegistersPerMultiprocessor: *value = 65536; break;
+    case cudaDevAttrL2CacheSize: *value = 50 << 20; break;
+    case cudaDevAttrMaxGridDimX: *value = 2147483647; break;
+    case cudaDevAttrMaxGridDimY:
+    case cudaDevAttrMaxGridDimZ: *value = 65535; break;
+    case cudaDevAttrMaxBlockDimX:
+    case cudaDevAttrMaxBlockDimY: *value = 1024; break;
+    case cudaDevAttrMaxBlockDimZ: *value = 64; break;
+    default: *value = 1; break;  // the yes/no capabilities: yes
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  *free_bytes = size_t{70} << 30;
+  *total_bytes = size_t{80} << 30;
+  return cudaSuccess;
+}
+
+// ---- memory: host memory, copies are memmove ----
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  MT_NULL_COUNT("cudaMalloc");
+  *p = aligned(bytes);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void* p) {
+  MT_NULL_COUNT("cudaFree");
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+  *p = aligned(bytes);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
+cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  MT_NULL_COUNT("cudaMemcpy");
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
+  MT_NULL_COUNT("cudaMemcpyAsync");
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyPeerAsync(void* dst, int, const void* src, int, size_t bytes, cudaStream_t) {
+  MT_NULL_COUNT("cudaMemcpyPeerAsync");
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  MT_NULL_COUNT("cudaMemset");
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
+  MT_NULL_COUNT("cudaMemsetAsync");
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+
+// ---- streams and events: handles, and everything has finished ----
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = new_handle<cudaStream_t>();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned, int) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete_handle(s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  MT_NULL_COUNT("cudaStreamSynchronize");
+  return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t) {
+  MT_NULL_COUNT("cudaStreamQuery");
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) {
+  MT_NULL_COUNT("cudaStreamWaitEvent");
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  *least = 0;
+  *greatest = -5;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  MT_NULL_COUNT("cudaEventCreate");
+  *e = new_handle<cudaEvent_t>();
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete_handle(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) {
+  MT_NULL_COUNT("cudaEventRecord");
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t, cudaStream_t, unsigned) {
+  MT_NULL_COUNT("cudaEventRecordWithFlags");
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  MT_NULL_COUNT("cudaEventSynchronize");
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t) {
+  MT_NULL_COUNT("cudaEventQuery");
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
+  *ms = 0.001f;  // a nonzero time: callers divide by it
+  return cudaSuccess;
+}
+
+// ---- kernels' attributes and occupancy: an sm_90 kernel that fits ----
+
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void*) {
+  MT_NULL_COUNT("cudaFuncGetAttributes");
+  std::memset(a, 0, sizeof *a);
+  a->numRegs = 64;
+  a->ptxVersion = a->binaryVersion = 90;
+  a->maxThreadsPerBlock = 1024;
+  a->maxDynamicSharedSizeBytes = 227 << 10;
+  return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) {
+  MT_NULL_COUNT("cudaFuncSetAttribute");
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void*, int, size_t) {
+  MT_NULL_COUNT("cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  *blocks = 2;
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, const void*, int, size_t, unsigned) {
+  MT_NULL_COUNT("cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags");
+  *blocks = 2;
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, const void*, const cudaLaunchConfig_t*) {
+  MT_NULL_COUNT("cudaOccupancyMaxActiveClusters");
+  *clusters = 8;
+  return cudaSuccess;
+}
+
+// ---- graphs: a capture records nothing, a replay runs nothing ----
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode*) { return cudaSuccess; }
+cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) { return cudaSuccess; }
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t* graph) {
+  *graph = new_handle<cudaGraph_t>();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
+  *status = cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t, unsigned long long) {
+  *exec = new_handle<cudaGraphExec_t>();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) {
+  MT_NULL_COUNT("cudaGraphLaunch");
+  return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t, cudaGraphNode_t*, size_t* count) {
+  *count = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t, cudaGraphNodeType* type) {
+  *type = cudaGraphNodeTypeKernel;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete_handle(graph);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete_handle(exec);
+  return cudaSuccess;
+}
+
+}  // extern "C"
