@@ -7,7 +7,7 @@
 // and bench_mnist_gpu run under this runtime say how much of that is mixtape's own. Values computed "on the device"
 // are garbage (nothing runs), so only timings and call counts mean anything; a host read gets whatever the memory
 // holds. With MIXTAPE_NULL_CUDART_REPORT set, the process prints at exit how often each runtime function was called
-// (two runs of different step counts give the calls a step makes).
+// and each kernel launched, by name (two runs of different step counts give the calls and launches of a step).
 //
 //   cmake -S . -B build-null -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA_RUNTIME=Shared
 //   cmake --build build-null --target bench_gpu_launch bench_mnist_gpu null_cudart
@@ -24,7 +24,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cxxabi.h>
+#include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace {
@@ -49,14 +52,49 @@ Calls::Calls(const char* n) : name(n) {
   registry().push_back(this);
 }
 
+const bool g_reporting = std::getenv("MIXTAPE_NULL_CUDART_REPORT") != nullptr;
+
+/// Kernels by their host stub (what a launch names): the device name nvcc registered, and launches when reporting.
+struct Kernel {
+  std::string name;
+  long launches = 0;
+};
+std::mutex g_kernels_mutex;
+std::map<const void*, Kernel>& kernels() {
+  static auto* k = new std::map<const void*, Kernel>;
+  return *k;
+}
+void count_launch(const void* stub) {
+  if (!g_reporting) return;
+  std::lock_guard<std::mutex> lock(g_kernels_mutex);
+  ++kernels()[stub].launches;
+}
+
+std::string demangled(const std::string& name) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+  std::string out = status == 0 && d != nullptr ? d : name;
+  std::free(d);
+  return out.size() > 160 ? out.substr(0, 157) + "..." : out;
+}
+
 struct Report {
   ~Report() {
-    if (std::getenv("MIXTAPE_NULL_CUDART_REPORT") == nullptr) return;
-    std::lock_guard<std::mutex> lock(g_registry_mutex);
-    std::vector<const Calls*> calls = registry();
-    std::sort(calls.begin(), calls.end(), [](const Calls* a, const Calls* b) { return a->count > b->count; });
-    std::fprintf(stderr, "null_cudart: runtime calls of this process\n");
-    for (const Calls* c : calls) std::fprintf(stderr, "%12ld %s\n", c->count.load(), c->name);
+    if (!g_reporting) return;
+    {
+      std::lock_guard<std::mutex> lock(g_registry_mutex);
+      std::vector<const Calls*> calls = registry();
+      std::sort(calls.begin(), calls.end(), [](const Calls* a, const Calls* b) { return a->count > b->count; });
+      std::fprintf(stderr, "null_cudart: runtime calls of this process\n");
+      for (const Calls* c : calls) std::fprintf(stderr, "%12ld %s\n", c->count.load(), c->name);
+    }
+    std::lock_guard<std::mutex> lock(g_kernels_mutex);
+    std::vector<const Kernel*> launched;
+    for (const auto& [stub, k] : kernels())
+      if (k.launches > 0) launched.push_back(&k);
+    std::sort(launched.begin(), launched.end(), [](const Kernel* a, const Kernel* b) { return a->launches > b->launches; });
+    std::fprintf(stderr, "null_cudart: kernel launches of this process\n");
+    for (const Kernel* k : launched) std::fprintf(stderr, "%12ld %s\n", k->launches, demangled(k->name).c_str());
   }
 } g_report;
 
@@ -96,7 +134,11 @@ extern "C" {
 void** __cudaRegisterFatBinary(void*) { return reinterpret_cast<void**>(&g_fatbin_handle); }
 void __cudaRegisterFatBinaryEnd(void**) {}
 void __cudaUnregisterFatBinary(void**) {}
-void __cudaRegisterFunction(void**, const char*, char*, const char*, int, uint3*, uint3*, dim3*, dim3*, int*) {}
+void __cudaRegisterFunction(void**, const char* stub, char*, const char* device_name, int, uint3*, uint3*, dim3*,
+                            dim3*, int*) {
+  std::lock_guard<std::mutex> lock(g_kernels_mutex);
+  kernels()[stub].name = device_name;
+}
 void __cudaRegisterVar(void**, char*, char*, const char*, int, size_t, int, int) {}
 void __cudaRegisterManagedVar(void**, void**, char*, const char*, int, size_t, int, int) {}
 char __cudaInitModule(void**) { return 0; }
@@ -117,20 +159,24 @@ cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* fn) {
   *kernel = reinterpret_cast<cudaKernel_t>(const_cast<void*>(fn));
   return cudaSuccess;
 }
-cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t) {
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3, dim3, void**, size_t, cudaStream_t) {
   MT_NULL_COUNT("kernel launch (<<<...>>>)");
+  count_launch(kernel);
   return cudaSuccess;
 }
-cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t) {
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3, dim3, void**, size_t, cudaStream_t) {
   MT_NULL_COUNT("kernel launch (<<<...>>>, per-thread stream)");
+  count_launch(kernel);
   return cudaSuccess;
 }
-cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream_t) {
+cudaError_t cudaLaunchKernel(const void* stub, dim3, dim3, void**, size_t, cudaStream_t) {
   MT_NULL_COUNT("cudaLaunchKernel");
+  count_launch(stub);
   return cudaSuccess;
 }
-cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) {
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void* stub, void**) {
   MT_NULL_COUNT("cudaLaunchKernelExC");
+  count_launch(stub);
   return cudaSuccess;
 }
 

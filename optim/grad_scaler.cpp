@@ -23,8 +23,14 @@ namespace mixtape::amp {
 namespace detail {
 
 Tensor reciprocal_scale(const Tensor& scale) {
-  // 1/S in f64, then rounded to f32 (PyTorch: f32 division can be imprecise under some compile options).
-  return raw::to(kernels::scalar(kernels::ScalarOp::kRdiv, raw::to(scale, DType::kF64), 1.0), DType::kF32);
+  // PyTorch computes 1/S in f64 and rounds it to f32 (scale.double().reciprocal().float(): three kernels), against
+  // f32 division compiled imprecise. mixtape's f32 division is IEEE's on both backends (nvcc's default
+  // -prec-div=true, no fast math on the host), and a quotient rounded to 53 bits then to 24 is the quotient rounded
+  // to 24 (53 >= 2 x 24 + 2: double rounding is innocuous for division), so one f32 kernel gives PyTorch's bits:
+  // checked for every positive finite f32 S (2^31 - 2^23 - 1 values, none differs; tests/test_grad_scaler.cpp
+  // keeps a sample of them).
+  MT_CHECK(scale.dtype() == DType::kF32, "GradScaler: the scale must be f32 (got ", scale.dtype(), ")");
+  return kernels::scalar(kernels::ScalarOp::kRdiv, scale, 1.0);
 }
 
 }  // namespace detail

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -314,6 +316,37 @@ BOOST_AUTO_TEST_CASE(between_steps_the_scaler_and_adamw_keep_their_state_only, M
     BOOST_TEST(mt::cpu_memory_stats().allocated_bytes - base == moments + counts + scaler_state);
   }
   BOOST_TEST(mt::cpu_memory_stats().allocated_bytes == base);
+}
+
+// 1/S for the unscale pass is one f32 division, which must give PyTorch's scale.double().reciprocal().float() bit
+// for bit (optim/grad_scaler.cpp says why it does; every positive finite f32 was checked once, offline). A sample:
+// each binade's first, last and pseudo-random mantissas, the largest scales (subnormal reciprocals) and the smallest.
+namespace {
+void expect_reciprocals_as_pytorch(Device device) {
+  std::vector<uint32_t> bits = {0x00000001u, 0x00000002u, 0x007fffffu, 0x7f7fffffu, 0x7f000000u, 0x7e800001u};
+  uint32_t state = 12345;
+  for (uint32_t e = 0; e < 255; ++e)
+    for (int k = 0; k < 40; ++k) {
+      state = state * 1664525u + 1013904223u;
+      const uint32_t mantissa = k == 0 ? 0u : k == 1 ? 0x7fffffu : state >> 9;
+      bits.push_back(e << 23 | mantissa);
+    }
+  std::vector<float> scales(bits.size());
+  std::memcpy(scales.data(), bits.data(), bits.size() * sizeof(float));
+  const Tensor s = mt::raw::to(mt::from_vector<float>(scales, mt::Shape{static_cast<int64_t>(scales.size())}), device);
+  const std::vector<float> got = mt::raw::to(mt::amp::detail::reciprocal_scale(s), Device::cpu()).to_vector<float>();
+  int64_t differ = 0;
+  for (size_t i = 0; i < scales.size(); ++i) {
+    const float want = static_cast<float>(1.0 / static_cast<double>(scales[i]));
+    if (std::memcmp(&want, &got[i], sizeof(float)) != 0 && ++differ <= 5)
+      BOOST_TEST_MESSAGE("1/S for S bits " << std::hex << bits[i] << ": " << got[i] << ", PyTorch's " << want);
+  }
+  BOOST_TEST(differ == 0);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_reciprocal_scale_is_pytorchs_bit_for_bit, MT_CPU_TEST) {
+  expect_reciprocals_as_pytorch(Device::cpu());
 }
 
 BOOST_AUTO_TEST_CASE(the_scale_grows_after_growth_interval_clean_steps, MT_CPU_TEST) {
@@ -918,6 +951,10 @@ BOOST_AUTO_TEST_CASE(step_on_device_on_cuda_matches_the_cpu_and_never_waits, MT_
   BOOST_TEST(c.device_to_host_copies == 0);
   BOOST_TEST(c.synchronizations == 0);
   BOOST_TEST(scaler.skipped_steps() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(the_reciprocal_scale_on_cuda_is_pytorchs_bit_for_bit, MT_GPU_TEST) {
+  expect_reciprocals_as_pytorch(Device::cuda());
 }
 
 BOOST_AUTO_TEST_CASE(non_finite_gradients_on_cuda, MT_GPU_TEST) {
