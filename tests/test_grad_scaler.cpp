@@ -296,10 +296,16 @@ BOOST_AUTO_TEST_CASE(the_unscale_pass_says_which_gradients_were_not_finite, MT_C
 // what PyTorch's fused AdamW and GradScaler keep, plus the skipped-step count: the moments, one 4-byte update count
 // per parameter (PyTorch's f32; mixtape's i32), the scale, the growth tracker; no found-inf or per-gradient flag of
 // the step before (that would sit in the next backward, at the training step's peak).
-BOOST_AUTO_TEST_CASE(between_steps_the_scaler_and_adamw_keep_their_state_only, MT_CPU_TEST) {
-  Tensor w = leaf({0.5, -1.0, 2.0, 0.25}, {2, 2}), b = leaf({0.1, 0.2}, {2});
-  const std::vector<Tensor> coefs = {constant({1, 2, 3, 4}, {2, 2}), constant({-1, 1}, {2})};
-  const int64_t base = mt::cpu_memory_stats().allocated_bytes;
+namespace {
+void expect_only_state_kept_between_steps(Device device) {
+  // Bytes of tensor storage on the device (the CUDA allocator's bytes asked for, not its blocks).
+  auto held = [device] {
+    return device.is_cuda() ? mt::cuda::memory_stats().requested_bytes : mt::cpu_memory_stats().allocated_bytes;
+  };
+  Tensor w = leaf({0.5, -1.0, 2.0, 0.25}, {2, 2}, DType::kF32, device), b = leaf({0.1, 0.2}, {2}, DType::kF32, device);
+  const std::vector<Tensor> coefs = {constant({1, 2, 3, 4}, {2, 2}, DType::kF32, device),
+                                     constant({-1, 1}, {2}, DType::kF32, device)};
+  const int64_t base = held();
   {
     mt::optim::AdamW opt({w, b});
     GradScaler scaler({.init_scale = 1024.0});
@@ -313,9 +319,14 @@ BOOST_AUTO_TEST_CASE(between_steps_the_scaler_and_adamw_keep_their_state_only, M
     BOOST_TEST(opt.state_dict().at("state.0.step").item<int64_t>() == 2);  // the dict's count: i64, as before
     BOOST_TEST(scaler.skipped_steps() == 1);
     const int64_t moments = 2 * (4 + 2) * 4, counts = 2 * 4, scaler_state = 3 * 4;  // scale, tracker, skipped
-    BOOST_TEST(mt::cpu_memory_stats().allocated_bytes - base == moments + counts + scaler_state);
+    BOOST_TEST(held() - base == moments + counts + scaler_state);
   }
-  BOOST_TEST(mt::cpu_memory_stats().allocated_bytes == base);
+  BOOST_TEST(held() == base);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(between_steps_the_scaler_and_adamw_keep_their_state_only, MT_CPU_TEST) {
+  expect_only_state_kept_between_steps(Device::cpu());
 }
 
 // 1/S for the unscale pass is one f32 division, which must give PyTorch's scale.double().reciprocal().float() bit
@@ -951,6 +962,10 @@ BOOST_AUTO_TEST_CASE(step_on_device_on_cuda_matches_the_cpu_and_never_waits, MT_
   BOOST_TEST(c.device_to_host_copies == 0);
   BOOST_TEST(c.synchronizations == 0);
   BOOST_TEST(scaler.skipped_steps() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(between_steps_on_cuda_the_scaler_and_adamw_keep_their_state_only, MT_GPU_TEST) {
+  expect_only_state_kept_between_steps(Device::cuda());
 }
 
 BOOST_AUTO_TEST_CASE(the_reciprocal_scale_on_cuda_is_pytorchs_bit_for_bit, MT_GPU_TEST) {
