@@ -92,7 +92,8 @@ struct Report {
     std::vector<const Kernel*> launched;
     for (const auto& [stub, k] : kernels())
       if (k.launches > 0) launched.push_back(&k);
-    std::sort(launched.begin(), launched.end(), [](const Kernel* a, const Kernel* b) { return a->launches > b->launches; });
+    std::sort(launched.begin(), launched.end(),
+              [](const Kernel* a, const Kernel* b) { return a->launches > b->launches; });
     std::fprintf(stderr, "null_cudart: kernel launches of this process\n");
     for (const Kernel* k : launched) std::fprintf(stderr, "%12ld %s\n", k->launches, demangled(k->name).c_str());
   }
@@ -101,6 +102,12 @@ struct Report {
 /// Counts a call of the function it stands in (one Calls a function, registered on its first call).
 #define MT_NULL_COUNT(name) \
   do { static Calls& calls_ = *new Calls{name}; calls_.count.fetch_add(1, std::memory_order_relaxed); } while (0)
+/// The body of a function that only counts its call and succeeds.
+#define MT_NULL_OK(name) \
+  {                      \
+    MT_NULL_COUNT(name); \
+    return cudaSuccess;  \
+  }
 
 /// A `<<<grid, block, shmem, stream>>>` launch: nvcc's stub pushes it, then pops it before launching.
 struct LaunchConfig {
@@ -182,14 +189,8 @@ cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void* stub, voi
 
 // ---- errors and the device ----
 
-cudaError_t cudaGetLastError(void) {
-  MT_NULL_COUNT("cudaGetLastError");
-  return cudaSuccess;
-}
-cudaError_t cudaPeekAtLastError(void) {
-  MT_NULL_COUNT("cudaPeekAtLastError");
-  return cudaSuccess;
-}
+cudaError_t cudaGetLastError(void) MT_NULL_OK("cudaGetLastError")
+cudaError_t cudaPeekAtLastError(void) MT_NULL_OK("cudaPeekAtLastError")
 const char* cudaGetErrorString(cudaError_t) { return "an error of the null CUDA runtime (bench/null_cudart.cpp)"; }
 const char* cudaGetErrorName(cudaError_t) { return "cudaErrorNullRuntime"; }
 
@@ -202,14 +203,8 @@ cudaError_t cudaGetDevice(int* device) {
   *device = 0;
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int) {
-  MT_NULL_COUNT("cudaSetDevice");
-  return cudaSuccess;
-}
-cudaError_t cudaDeviceSynchronize(void) {
-  MT_NULL_COUNT("cudaDeviceSynchronize");
-  return cudaSuccess;
-}
+cudaError_t cudaSetDevice(int) MT_NULL_OK("cudaSetDevice")
+cudaError_t cudaDeviceSynchronize(void) MT_NULL_OK("cudaDeviceSynchronize")
 cudaError_t cudaDriverGetVersion(int* version) {
   *version = CUDART_VERSION;
   return cudaSuccess;
@@ -335,18 +330,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   delete_handle(s);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
-  MT_NULL_COUNT("cudaStreamSynchronize");
-  return cudaSuccess;
-}
-cudaError_t cudaStreamQuery(cudaStream_t) {
-  MT_NULL_COUNT("cudaStreamQuery");
-  return cudaSuccess;
-}
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) {
-  MT_NULL_COUNT("cudaStreamWaitEvent");
-  return cudaSuccess;
-}
+cudaError_t cudaStreamSynchronize(cudaStream_t) MT_NULL_OK("cudaStreamSynchronize")
+cudaError_t cudaStreamQuery(cudaStream_t) MT_NULL_OK("cudaStreamQuery")
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) MT_NULL_OK("cudaStreamWaitEvent")
 cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   *least = 0;
   *greatest = -5;
@@ -363,22 +349,10 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete_handle(e);
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) {
-  MT_NULL_COUNT("cudaEventRecord");
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecordWithFlags(cudaEvent_t, cudaStream_t, unsigned) {
-  MT_NULL_COUNT("cudaEventRecordWithFlags");
-  return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t) {
-  MT_NULL_COUNT("cudaEventSynchronize");
-  return cudaSuccess;
-}
-cudaError_t cudaEventQuery(cudaEvent_t) {
-  MT_NULL_COUNT("cudaEventQuery");
-  return cudaSuccess;
-}
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) MT_NULL_OK("cudaEventRecord")
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t, cudaStream_t, unsigned) MT_NULL_OK("cudaEventRecordWithFlags")
+cudaError_t cudaEventSynchronize(cudaEvent_t) MT_NULL_OK("cudaEventSynchronize")
+cudaError_t cudaEventQuery(cudaEvent_t) MT_NULL_OK("cudaEventQuery")
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
   *ms = 0.001f;  // a nonzero time: callers divide by it
   return cudaSuccess;
@@ -395,10 +369,7 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void*) {
   a->maxDynamicSharedSizeBytes = 227 << 10;
   return cudaSuccess;
 }
-cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) {
-  MT_NULL_COUNT("cudaFuncSetAttribute");
-  return cudaSuccess;
-}
+cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) MT_NULL_OK("cudaFuncSetAttribute")
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void*, int, size_t) {
   MT_NULL_COUNT("cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   *blocks = 2;
@@ -431,10 +402,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t, unsigned lo
   *exec = new_handle<cudaGraphExec_t>();
   return cudaSuccess;
 }
-cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) {
-  MT_NULL_COUNT("cudaGraphLaunch");
-  return cudaSuccess;
-}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) MT_NULL_OK("cudaGraphLaunch")
 cudaError_t cudaGraphGetNodes(cudaGraph_t, cudaGraphNode_t*, size_t* count) {
   *count = 0;
   return cudaSuccess;
