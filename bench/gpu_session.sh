@@ -33,8 +33,10 @@
 #   BUDGET_S=330 TEST_TIMEOUT=120 MNIST_ARGS="--seeds 0,1,2 --conv-column-limit-mib 0 --tf32" \
 #     bash bench/gpu_session.sh build test bench mnist wide                               (timeout_s 350)
 #   BUDGET_S=300 SAN_TOOLS=memcheck bash bench/gpu_session.sh build sanitize profile     (timeout_s 320)
-#   BUDGET_S=230 SAN_TOOLS=racecheck SAN_SUITES="test_ops test_training test_cuda_gemm test_grad_scaler" \
-#     bash bench/gpu_session.sh build sanitize                                           (timeout_s 245)
+#   BUDGET_S=230 SAN_TOOLS=racecheck SAN_SUITES="test_ops test_optimizers test_grad_scaler test_cuda_gemm \
+#     test_cuda_graph" bash bench/gpu_session.sh build sanitize                         (timeout_s 245)
+# (test_optimizers and test_grad_scaler first since 97da450-ec34b51: i32 update counts in cuda/optim.cu's kernels,
+# 1/S as one f32 kernel; bench_gpu_launch's "bare + 5 cudaGetDevice" row prices mixtape's cudaGetDevice calls.)
 # (The sixth run, aca7004: the same calls took build 92 s, test 54, mnist 127, wide 18, memcheck 99, profile 126;
 # racecheck of test_ops, test_training and test_autocast ran out of its 209 s in test_ops/conv's MNIST-sized chunked
 # case, labelled large since.)
