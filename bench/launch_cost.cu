@@ -7,7 +7,7 @@
 //   bare launch          an empty kernel, <<<1, 32>>> (CUDA's launch path alone)
 //   bare + error check   the same and cudaGetLastError, as every mixtape launch checks
 //   bare + 5 cudaGetDevice  the same after five cudaGetDevice calls: what mixtape's launchers and guards ask a
-//                        launch of the eager AMP MLP step (278 calls for 52 launches in fp16, counted under
+//                        launch of the eager AMP MLP step (270 calls for 50 launches in fp16, counted under
 //                        bench/null_cudart.cpp)
 //   empty (1) f32        mixtape::empty on the device: the caching allocator's round trip, no kernel
 //   add, no grad         a + b of (1) f32 tensors under NoGradGuard: dispatch, output allocation, one kernel
