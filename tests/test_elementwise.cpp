@@ -10,7 +10,11 @@
 #include <algorithm>
 #include <iterator>
 #include <numbers>
+#include <type_traits>
 #include <utility>
+#include <vector>
+
+#include <mixtape/ops/backend/scalar_math.h>
 
 namespace {
 
@@ -275,6 +279,48 @@ BOOST_AUTO_TEST_CASE(unary_edge_values, MT_CPU_TEST) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16})
     expect_values(kn::unary(kn::UnaryOp::kSigmoid, x.to(dtype)), {0, 0, 0.5, 0.5, 1, 1, nan}, kExact,
                   describe("sigmoid edges ", dtype));
+}
+
+// relu and its backward on f16/bf16 pick bits instead of widening (ops/cpu/elementwise.cpp): every pattern against
+// the widened path, written out here element by element (widen, the f32 formula, round back: NaNs come back quiet).
+template <class T>
+void expect_relu_bits_as_widened(const char* name) {
+  std::vector<T> every(65536);
+  for (uint32_t i = 0; i < 65536; ++i) every[i] = T::from_bits(static_cast<uint16_t>(i));
+  auto widened_relu = [](T v) { return T(mt::math::relu(static_cast<float>(v))); };
+  auto widened_backward = [](T dy, T x) {
+    return T(mt::math::relu_backward(static_cast<float>(dy), static_cast<float>(x)));
+  };
+  // The other operand of the backward: zeros, ones, infinities, subnormals, quiet and signalling NaNs, both signs.
+  const float kInf = std::numeric_limits<float>::infinity();
+  std::vector<T> few = {T(0.0f), T(-0.0f), T(1.0f), T(-1.0f), T(kInf), T(-kInf), T::from_bits(0x0001),
+                        T::from_bits(0x8001)};
+  for (uint16_t nan : {std::is_same_v<T, mt::Half> ? 0x7e00 : 0x7fc0, std::is_same_v<T, mt::Half> ? 0x7c01 : 0x7f81})
+    few.push_back(T::from_bits(nan)), few.push_back(T::from_bits(static_cast<uint16_t>(nan | 0x8000)));
+  int64_t differ = 0;
+  auto check = [&](const char* what, const std::vector<T>& got, const std::vector<T>& want) {
+    for (size_t i = 0; i < got.size(); ++i)
+      if (got[i].bits != want[i].bits && ++differ <= 5)
+        BOOST_TEST_MESSAGE(name << " " << what << " [" << i << "]: bits " << std::hex << got[i].bits << ", widened "
+                                << want[i].bits);
+  };
+  const Tensor x = mt::from_vector<T>(every);
+  std::vector<T> want(65536);
+  for (size_t i = 0; i < every.size(); ++i) want[i] = widened_relu(every[i]);
+  check("relu", kn::unary(kn::UnaryOp::kRelu, x).template to_vector<T>(), want);
+  for (T other : few) {
+    const Tensor same = mt::from_vector<T>(std::vector<T>(every.size(), other));
+    for (size_t i = 0; i < every.size(); ++i) want[i] = widened_backward(every[i], other);
+    check("relu_backward(every dy, x)", kn::binary(kn::BinaryOp::kReluBackward, x, same).template to_vector<T>(), want);
+    for (size_t i = 0; i < every.size(); ++i) want[i] = widened_backward(other, every[i]);
+    check("relu_backward(dy, every x)", kn::binary(kn::BinaryOp::kReluBackward, same, x).template to_vector<T>(), want);
+  }
+  BOOST_TEST(differ == 0);
+}
+
+BOOST_AUTO_TEST_CASE(relu_on_sixteen_bit_patterns_is_the_widened_relu, MT_CPU_TEST) {
+  expect_relu_bits_as_widened<mt::Half>("f16");
+  expect_relu_bits_as_widened<mt::BFloat16>("bf16");
 }
 
 BOOST_AUTO_TEST_CASE(unary_integer_ops, MT_CPU_TEST) {

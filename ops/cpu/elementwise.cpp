@@ -126,13 +126,31 @@ void map_opmath(const Tensor& out, const std::array<Tensor, N>& in, const FM& fm
   }
 }
 
+/// relu and its backward on f16/bf16 patterns, without widening. Both only choose between an operand and +0, so
+/// the widened path (widen, choose, round back) returns the chosen operand's bits, but that a NaN comes back quiet
+/// (core/half.h's NaN rule): these give the same bits from the bits, in a loop of 16-bit integer selects
+/// (tests/test_elementwise.cpp compares every pattern with the widened path).
+template <class T>
+struct ReluBits {
+  static constexpr uint16_t kInf = std::is_same_v<T, Half> ? 0x7c00 : 0x7f80;    // +inf; above it (sign cleared): NaN
+  static constexpr uint16_t kQuiet = std::is_same_v<T, Half> ? 0x0200 : 0x0040;  // the quiet bit of a NaN
+  /// What the widened path makes of a chosen operand b: b, quieted when a NaN.
+  static uint16_t kept(uint16_t b) { return (b & 0x7fff) > kInf ? b | kQuiet : b; }
+  /// relu: x < 0 (sign set, not -0, not NaN) gives +0, anything else itself.
+  static uint16_t relu(uint16_t x) { return x > 0x8000 && (x & 0x7fff) <= kInf ? uint16_t{0} : kept(x); }
+  /// relu_backward: dy where x > 0 (sign clear, not +0, not NaN), else +0.
+  static uint16_t backward(uint16_t dy, uint16_t x) { return x != 0 && x <= kInf ? kept(dy) : uint16_t{0}; }
+};
+
 // One instantiation per (op, dtype); the op is a template argument, so each
 // loop is compiled with its formula inlined.
 
 template <UnaryOp kOp, class T>
 void unary_kernel(const Tensor& y, const Tensor& x) {
   using M = opmath_t<T>;
-  if constexpr (math::is_floating_v<T>) {
+  if constexpr (kSixteenBitFloat<T> && kOp == UnaryOp::kRelu) {
+    map<uint16_t, uint16_t>(y, {x}, [](uint16_t v) { return ReluBits<T>::relu(v); });
+  } else if constexpr (math::is_floating_v<T>) {
     map_opmath<T, 1>(y, {x}, [](M v) { return math::unary_op<kOp>(v); });
   } else if constexpr (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>) {
     map<T, T>(y, {x}, [](T v) { return convert<T>(math::unary_op<kOp>(static_cast<M>(v))); });
@@ -146,6 +164,8 @@ void binary_kernel(const Tensor& out, const std::array<Tensor, 2>& in) {
   using M = opmath_t<T>;
   if constexpr (math::is_comparison(kOp)) {
     map<bool, T, T>(out, in, [](T u, T v) { return math::binary_op<kOp>(static_cast<M>(u), static_cast<M>(v)); });
+  } else if constexpr (kSixteenBitFloat<T> && kOp == BinaryOp::kReluBackward) {
+    map<uint16_t, uint16_t, uint16_t>(out, in, [](uint16_t dy, uint16_t x) { return ReluBits<T>::backward(dy, x); });
   } else if constexpr (math::is_floating_v<T>) {
     map_opmath<T, 2>(out, in, [](M u, M v) { return math::binary_op<kOp>(u, v); });
   } else if constexpr (math::supports_integers(kOp) && math::is_arithmetic_integer_v<T>) {
