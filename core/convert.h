@@ -11,10 +11,12 @@
 // the other), so a caller with such a loop may keep it when converters() is the scalar table.
 //
 //   convert_n(src, dst, n);   // const float* -> Half*, and the other pairs below
+//   convert_run(src, dst, n); // any pair: the vector loops where they exist, else an inline loop
 #pragma once
 
 #include <cstdint>
 
+#include <mixtape/core/dtype.h>
 #include <mixtape/core/half.h>
 
 namespace mixtape {
@@ -46,5 +48,16 @@ inline void convert_n(const float* src, BFloat16* dst, int64_t n) { converters()
 inline void convert_n(const BFloat16* src, float* dst, int64_t n) { converters().bf16_to_float(src, dst, n); }
 inline void convert_n(const Half* src, double* dst, int64_t n) { converters().half_to_double(src, dst, n); }
 inline void convert_n(const BFloat16* src, double* dst, int64_t n) { converters().bf16_to_double(src, dst, n); }
+
+/// dst[0, n) = src[0, n), converted: with the CPU's vector loops where a pair has them (f16/bf16 <-> f32), else an
+/// inline loop of convert<To>, which GCC makes branch-free (f32 -> f16: 12x the scalar table's speed, the file
+/// comment above).
+template <class To, class From>
+inline void convert_run(const From* src, To* dst, int64_t n) {
+  if constexpr (requires { convert_n(src, dst, n); }) {
+    if (converters().isa != ConvertIsa::kScalar) return convert_n(src, dst, n);
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = convert<To>(src[i]);
+}
 
 }  // namespace mixtape

@@ -41,11 +41,6 @@ void convert_copy(const Tensor& dst, const Tensor& src) {
     if (s[0] == sizeof(To) && s[1] == sizeof(From)) {
       To* dt = reinterpret_cast<To*>(d);
       const From* st = reinterpret_cast<const From*>(q);
-      // f16/bf16 <-> float with the CPU's vector loops (core/convert.h). Without them this inline loop is the
-      // faster scalar code: here GCC makes f32 -> f16 rounding branch-free, 12x the scalar table's speed.
-      if constexpr (requires { convert_n(st, dt, n); }) {
-        if (converters().isa != ConvertIsa::kScalar) return convert_n(st, dt, n);
-      }
       if constexpr (std::is_same_v<From, bool> && (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>)) {
         // A mask (dropout's) to f16/bf16: 1's bits times the mask, branch-free and vector code; convert<Half>(true)
         // rounds from double in software, an element at a time (7 ms for the MNIST CNN's 1.2M-element mask).
@@ -54,7 +49,7 @@ void convert_copy(const Tensor& dst, const Tensor& src) {
           dt[i] = To::from_bits(static_cast<uint16_t>(one * static_cast<uint16_t>(st[i])));
         return;
       }
-      for (int64_t i = 0; i < n; ++i) dt[i] = convert<To>(st[i]);
+      convert_run(st, dt, n);  // f16/bf16 <-> float in the CPU's vector loops (core/convert.h)
     } else {
       for (int64_t i = 0; i < n; ++i, d += s[0], q += s[1])
         *reinterpret_cast<To*>(d) = convert<To>(*reinterpret_cast<const From*>(q));

@@ -62,17 +62,6 @@ void parallel_items(int64_t items, bool parallel, F&& body) {
   for (int64_t it = 0; it < items; ++it) body(it);
 }
 
-/// dst[0, n) = src[0, n), converted (f16/bf16 <-> f32): with the CPU's vector conversions where it has them
-/// (core/convert.h: F16C, AVX2), else with this inline loop, which GCC makes branch-free (faster than the scalar
-/// converters). Other pairs: the inline loop.
-template <class To, class From>
-inline void convert_run(const From* src, To* dst, int64_t n) {
-  if constexpr (requires { convert_n(src, dst, n); }) {
-    if (converters().isa != ConvertIsa::kScalar) return convert_n(src, dst, n);
-  }
-  for (int64_t i = 0; i < n; ++i) dst[i] = convert<To>(src[i]);
-}
-
 /// Runs `add(acc)` on a zeroed opmath buffer of `n` elements, then stores it
 /// into out[0, n) with one rounding. For f32/f64 the buffer is `out` itself.
 template <class T, class F>
