@@ -77,7 +77,7 @@ class PrecisionTrace {
   PrecisionTrace(const PrecisionTrace&) = delete;
   PrecisionTrace& operator=(const PrecisionTrace&) = delete;
   const std::vector<TraceEntry>& entries() const { return m_entries; }
-  /// "linear:f16 relu:f16 cast:f32 cross_entropy:f32"; a noted kernel follows in brackets:
+  /// "linear:f16 relu:f16 softmax:f32"; a noted kernel follows in brackets:
   /// "linear:f16[wmma f16]" (CUDA matmuls say which GEMM ran).
   std::string str() const;
   /// Adds an entry here and to every enclosing trace.

@@ -69,6 +69,16 @@ template <class A>
   requires(!std::is_same_v<std::decay_t<A>, Tensor> && !std::is_same_v<std::decay_t<A>, std::vector<Tensor>>)
 inline void visit_tensors(const A&, auto&&) {}
 
+/// Whether Op's kernels read f16/bf16 inputs as f32 (the exact widening on load, f32 arithmetic, each output
+/// rounded once), so that under autocast its fp32 category leaves such inputs as they are: the values a cast to f32
+/// would give, without the cast's copy and its two launches (forward and backward). Op declares
+/// `static constexpr bool kWidensOnLoad = true;` and returns f32 when its Ctx says `widened_on_load`.
+template <class Op>
+constexpr bool widens_on_load() {
+  if constexpr (requires { Op::kWidensOnLoad; }) return Op::kWidensOnLoad;
+  else return false;
+}
+
 inline Tensor cast_arg(const Tensor& t, Precision p, DType promoted) {
   if (!t.defined()) return t;
   DType want = target_dtype(p, t.dtype(), promoted);
@@ -131,16 +141,21 @@ Tensor apply(const Args&... args) {
   // 1. The precision rule, on the tensor arguments.
   const Precision p = effective_precision(op_id, Op::kPrecision);
   DType promoted = DType::kBool;
-  bool any_tensor = false;
+  bool any_tensor = false, any_reduced = false;
   (detail::visit_tensors(args,
                          [&](const Tensor& t) {
                            if (!t.defined()) return;
                            promoted = any_tensor ? promote_types(promoted, t.dtype()) : t.dtype();
                            any_tensor = true;
+                           any_reduced = any_reduced || is_reduced_float(t.dtype());
                          }),
    ...);
-  auto cast_args = std::tuple<decltype(detail::cast_arg(args, p, promoted))...>(
-      detail::cast_arg(args, p, promoted)...);
+  // An fp32 op whose kernels widen f16/bf16 on load reads them as they are (detail::widens_on_load).
+  const bool widened_on_load =
+      detail::widens_on_load<Op>() && p == Precision::kFp32 && st.autocast && any_reduced;
+  const Precision cast_p = widened_on_load ? Precision::kPassthrough : p;
+  auto cast_args = std::tuple<decltype(detail::cast_arg(args, cast_p, promoted))...>(
+      detail::cast_arg(args, cast_p, promoted)...);
 
   // 2. Does the result need a node?
   bool needs_node = false;
@@ -164,6 +179,7 @@ Tensor apply(const Args&... args) {
   }
   ctx->op_name = Op::kName;
   ctx->recording = needs_node;
+  ctx->widened_on_load = widened_on_load;
 
   const bool nested = st.in_forward;
   if (st.anomaly && !nested) {

@@ -75,6 +75,9 @@ class Ctx {
   const char* op_name = "?";
   bool recording = false;  // false: no node will be kept, so save() keeps nothing
   std::vector<bool> input_needs_grad;
+  /// Autocast left this fp32 op's f16/bf16 inputs as they are, for its kernels to widen on load
+  /// (Op::kWidensOnLoad): the op returns f32 where it would return their dtype, as if they had been cast.
+  bool widened_on_load = false;
 
  private:
   struct Saved {

@@ -22,7 +22,8 @@ namespace mixtape {
 enum class Precision : uint8_t {
   kUnset,           // an op that forgot to declare one (the registry test fails on it)
   kLowerPrecision,  // inputs become the autocast dtype; f32 accumulation inside (matmul, conv2d)
-  kFp32,            // inputs become f32 (softmax, losses, norms, exp, log, pow, sum)
+  kFp32,            // inputs become f32 (softmax, losses, norms, exp, log, pow, sum); an op whose kernels widen
+                    // f16/bf16 on load (cross_entropy) reads them uncast and returns f32: the same values
   kPromote,         // inputs become the widest input dtype (add, mul, cat)
   kPassthrough,     // inputs unchanged (relu, reshape, max_pool2d, dropout)
 };

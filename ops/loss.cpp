@@ -5,7 +5,9 @@
 // for f64 inputs — and rounds the loss once to the input's dtype; the
 // backward is the closed form (softmax minus the smoothed one-hot, times the
 // reduction's scale) rather than the tape of the pieces. So f16 logits
-// passed outside autocast still get f32 statistics.
+// passed outside autocast still get f32 statistics, and under autocast
+// cross_entropy reads them as they are (kWidensOnLoad): the f32 loss of
+// their cast, without the cast's f32 copy of the logits and its two launches.
 //
 // cross_entropy with the class dim last ((N, C) or (C) logits) runs the fused
 // kernels (kernels::cross_entropy / cross_entropy_backward: one read of the
@@ -132,6 +134,8 @@ bool class_dim_last(const ClassShapes& s) {
 struct CrossEntropy {
   static constexpr const char* kName = "cross_entropy";
   static constexpr Precision kPrecision = Precision::kFp32;  // log-sum-exp of logits needs f32
+  // Both paths read f16/bf16 logits as f32 and round dx once to their dtype: autocast need not cast the logits.
+  static constexpr bool kWidensOnLoad = true;
   struct Ctx : autograd::Ctx {
     ClassShapes shapes;
     Reduction reduction = Reduction::kMean;
@@ -151,7 +155,8 @@ struct CrossEntropy {
     ctx.input_dtype = logits.dtype();
     ctx.fused = class_dim_last(ctx.shapes);
     const Tensor loss = ctx.fused ? forward_fused(ctx, logits, target, o) : forward_composed(ctx, logits, target, o);
-    return raw::to(loss, logits.dtype());  // the one rounding to the input dtype
+    // The one rounding to the input dtype; none under autocast, whose fp32 loss this is (as if the logits were cast).
+    return raw::to(loss, ctx.widened_on_load ? DType::kF32 : logits.dtype());
   }
   // d loss_i / d logits = (softmax − (1 − ε) · one_hot(target) − ε / C) · scale_i
   static Grads backward(Ctx& ctx, const Tensor& dy) {

@@ -259,9 +259,54 @@ BOOST_AUTO_TEST_CASE(precision_trace_of_a_forward_pass) {
   mt::autograd::PrecisionTrace trace;
   mt::Tensor loss = mt::cross_entropy(mt::linear(mt::relu(mt::linear(x, w1, b1)), w2), y);
   BOOST_TEST_MESSAGE("trace: " << trace.str());
-  BOOST_TEST(trace.str() ==
-             "cast:f16 cast:f16 cast:f16 linear:f16 relu:f16 cast:f16 linear:f16 cast:f32 cross_entropy:f32");
+  BOOST_TEST(trace.str() == "cast:f16 cast:f16 cast:f16 linear:f16 relu:f16 cast:f16 linear:f16 cross_entropy:f32");
   BOOST_TEST(loss.dtype() == mt::kF32);
+}
+
+// cross_entropy (fp32) reads f16/bf16 logits without a cast under autocast (its kernels widen them on load): the
+// loss and the logits' gradient are the bits of the cast path, a cast of the logits to f32 written out, on every
+// path of the op (fused (N, C) rows, the composed (N, C, d) one) and reduction.
+BOOST_AUTO_TEST_CASE(cross_entropy_reads_sixteen_bit_logits_uncast_with_the_casts_bits) {
+  struct Config {
+    std::string what;
+    mt::Shape logits, target;
+    mt::CrossEntropyOptions options;
+  };
+  const std::vector<Config> configs = {
+      {"(N, C), mean", {32, 10}, {32}, {}},
+      {"(N, C), sum, smoothing 0.1, ignore_index 3", {32, 10}, {32},
+       {.reduction = mt::Reduction::kSum, .ignore_index = 3, .label_smoothing = 0.1}},
+      {"(N, C), none", {32, 10}, {32}, {.reduction = mt::Reduction::kNone}},
+      {"(N, C, d) composed, mean, smoothing 0.2", {8, 5, 3}, {8, 3}, {.label_smoothing = 0.2}},
+  };
+  for (mt::DType low : {mt::kF16, mt::kBF16}) {
+    for (const Config& c : configs) {
+      BOOST_TEST_CONTEXT("autocast " << low << ", " << c.what) {
+        mt::manual_seed(7);
+        const mt::Tensor values = (mt::randn(c.logits) * 4.0).to(low);
+        const mt::Tensor target = mt::randint(0, c.logits[1], c.target);
+        mt::Tensor uncast = values.clone().requires_grad_(), cast = values.clone().requires_grad_();
+        mt::Tensor loss, loss_of_cast;
+        mt::autograd::PrecisionTrace trace;
+        {
+          mt::amp::Autocast ac(low);
+          loss = mt::cross_entropy(uncast, target, c.options);
+          BOOST_TEST(trace.str() == "cross_entropy:f32");
+          loss_of_cast = mt::cross_entropy(cast.to(mt::kF32), target, c.options);
+        }
+        BOOST_TEST(loss.dtype() == mt::kF32);
+        BOOST_TEST(mt::test::expect_same_bits(loss, loss_of_cast, "the loss"));
+        const mt::Tensor upstream = mt::randn(loss.shape());
+        mt::sum(loss * upstream).backward();
+        mt::sum(loss_of_cast * upstream).backward();
+        BOOST_TEST(uncast.grad().dtype() == low);
+        BOOST_TEST(mt::test::expect_same_bits(uncast.grad(), cast.grad(), "the logits' gradient"));
+      }
+    }
+  }
+  // Outside autocast, 16-bit logits give a loss of their dtype (PyTorch's F.cross_entropy), rounded once.
+  const mt::Tensor h = mt::randn({4, 3}, mt::kF16);
+  BOOST_TEST(mt::cross_entropy(h, mt::tensor<int64_t>({0, 1, 2, 0})).dtype() == mt::kF16);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -293,6 +338,37 @@ BOOST_AUTO_TEST_CASE(a_parameters_copy_is_made_again_in_backward_on_cuda, MT_GPU
       mt::sum(mt::linear(mt::relu(x2_leaf).to(low), w2.to(low)) * v).backward();
       BOOST_TEST(mt::test::expect_same_bits(x_leaf.grad(), x2_leaf.grad(), "dx through the remade copy"));
       BOOST_TEST(mt::test::expect_same_bits(w.grad(), w2.grad(), "dW"));
+    }
+  }
+}
+
+// The CPU case above on a GPU, where the f16/bf16 rows kernel and the f32 one may sum a row in other orders: the
+// loss within f32's tolerance of the cast path's, the logits' gradient within the 16-bit dtype's.
+BOOST_AUTO_TEST_CASE(cross_entropy_reads_sixteen_bit_logits_uncast_on_cuda, MT_GPU_TEST) {
+  const mt::Device cuda = mt::Device::cuda();
+  for (mt::DType low : {mt::kF16, mt::kBF16}) {
+    for (mt::Reduction reduction : {mt::Reduction::kMean, mt::Reduction::kNone}) {
+      BOOST_TEST_CONTEXT("autocast " << low << ", reduction " << static_cast<int>(reduction)) {
+        mt::manual_seed(8);
+        const mt::Tensor values = (mt::randn({128, 10}) * 4.0).to(low).to(cuda);
+        const mt::Tensor target = mt::randint(0, 10, {128}).to(cuda);
+        mt::Tensor uncast = values.clone().requires_grad_(), cast = values.clone().requires_grad_();
+        mt::Tensor loss, loss_of_cast;
+        mt::autograd::PrecisionTrace trace;
+        {
+          mt::amp::Autocast ac(low);
+          loss = mt::cross_entropy(uncast, target, {.reduction = reduction});
+          BOOST_TEST(trace.str() == "cross_entropy:f32");
+          loss_of_cast = mt::cross_entropy(cast.to(mt::kF32), target, {.reduction = reduction});
+        }
+        BOOST_TEST(loss.dtype() == mt::kF32);
+        BOOST_TEST(mt::test::expect_close(loss, loss_of_cast, mt::test::tolerance(mt::kF32), "the loss"));
+        const mt::Tensor upstream = mt::randn(loss.shape()).to(cuda);
+        mt::sum(loss * upstream).backward();
+        mt::sum(loss_of_cast * upstream).backward();
+        BOOST_TEST(uncast.grad().dtype() == low);
+        BOOST_TEST(mt::test::expect_close(uncast.grad(), cast.grad(), mt::test::tolerance(low), "the logits' gradient"));
+      }
     }
   }
 }
