@@ -36,7 +36,9 @@
 #   BUDGET_S=230 SAN_TOOLS=racecheck SAN_SUITES="test_ops test_optimizers test_grad_scaler test_cuda_gemm \
 #     test_cuda_graph" bash bench/gpu_session.sh build sanitize                         (timeout_s 245)
 # (test_optimizers and test_grad_scaler first since 97da450-ec34b51: i32 update counts in cuda/optim.cu's kernels,
-# 1/S as one f32 kernel; bench_gpu_launch's "bare + 5 cudaGetDevice" row prices mixtape's cudaGetDevice calls.)
+# 1/S as one f32 kernel; bench_gpu_launch's "bare + 5 cudaGetDevice" row prices mixtape's cudaGetDevice calls;
+# since 2a45210 cross_entropy reads 16-bit logits uncast under autocast: test_autocast's new gpu case, two launches
+# fewer an AMP step in the mnist rows.)
 # (The sixth run, aca7004: the same calls took build 92 s, test 54, mnist 127, wide 18, memcheck 99, profile 126;
 # racecheck of test_ops, test_training and test_autocast ran out of its 209 s in test_ops/conv's MNIST-sized chunked
 # case, labelled large since.)
