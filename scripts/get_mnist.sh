@@ -57,6 +57,7 @@ fall_back_to_fashion() {
   exit 0
 }
 
+file_mode=$(printf '%o' $(( 0666 & ~0$(umask) )))
 command -v curl >/dev/null || { say "curl is not installed (apt-get install -y curl)" >&2; exit 1; }
 mkdir -p -- "$dir"
 
@@ -75,6 +76,7 @@ for f in "${files[@]}"; do
     if curl -fsSL --connect-timeout 10 --max-time 600 -o "$tmp" "$m$f" 2>/dev/null; then
       reached=1
       if [[ $(md5_of "$tmp") == "${md5[$f]}" ]]; then
+        chmod "$file_mode" -- "$tmp"  # mktemp made it 0600; the data is for every user the umask allows
         mv -f -- "$tmp" "$dir/$f"
         tmp=""
         say "$f: downloaded from $m, MD5 ok"
@@ -96,4 +98,8 @@ for f in "${files[@]}"; do
   fi
 done
 
-say "dataset: MNIST in $dir (export MIXTAPE_MNIST_DIR=$dir if it is not ./data/mnist)"
+if [[ "$dir" == ./data/mnist ]]; then
+  say "dataset: MNIST in $dir"
+else
+  say "dataset: MNIST in $dir (build/examples/mnist finds it with MIXTAPE_MNIST_DIR=$dir exported, or --data $dir)"
+fi
