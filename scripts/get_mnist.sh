@@ -8,6 +8,8 @@
 #
 #   scripts/get_mnist.sh                              # into ./data/mnist
 #   MIXTAPE_MNIST_DIR=$HOME/mnist scripts/get_mnist.sh
+#   MIXTAPE_MNIST_MIRRORS="https://mirror.example/mnist/ file:///srv/mnist/" scripts/get_mnist.sh
+#                                                     # other mirrors, tried in order (base URLs, curl's schemes)
 set -euo pipefail
 
 dir="${MIXTAPE_MNIST_DIR:-./data/mnist}"
@@ -15,6 +17,9 @@ debian_dir=/usr/share/datasets/fashion-mnist
 mirrors=(https://ossci-datasets.s3.amazonaws.com/mnist/
          https://storage.googleapis.com/cvdf-datasets/mnist/
          http://yann.lecun.com/exdb/mnist/)
+if [[ -n "${MIXTAPE_MNIST_MIRRORS:-}" ]]; then
+  read -r -a mirrors <<<"$MIXTAPE_MNIST_MIRRORS"
+fi
 files=(train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz)
 declare -A md5=([train-images-idx3-ubyte.gz]=f68b3c2dcbeaaa9fbdd348bbdeb94873
                 [train-labels-idx1-ubyte.gz]=d53e105ee54ea40749a09fcbcd1e9432
