@@ -7,7 +7,7 @@
 # the check never installs anything, so the fallback ends in Fashion-MNIST where dataset-fashion-mnist is installed
 # and in a clear failure where it is not.
 set -u
-script=$1
+script=$(realpath "$1")
 if [ -z "${MIXTAPE_MNIST_DIR:-}" ]; then
   echo "MIXTAPE_MNIST_DIR is unset: skipping the get_mnist.sh check (it serves the real files as a mirror)"
   exit 0
@@ -60,6 +60,12 @@ printf 'x' | dd of="$out/t10k-images-idx3-ubyte.gz" bs=1 seek=5000 conv=notrunc 
 check "a file damaged on disk is fetched again" fetch "$out" "$mirrors"
 check "... saying its MD5 was wrong" grep -q "t10k-images-idx3-ubyte.gz: present but its MD5 is wrong" "$work/log"
 check "... and it is the real one again" same_as_real t10k-images-idx3-ubyte.gz "$out"
+
+mkdir -p "$work/cwd"
+(cd "$work/cwd" && PATH=$work/bin:$PATH MIXTAPE_MNIST_MIRRORS="file://$work/good/" env -u MIXTAPE_MNIST_DIR \
+  bash "$script" >"$work/log" 2>&1)
+check "without MIXTAPE_MNIST_DIR it fills ./data/mnist" all_real "$work/cwd/data/mnist"
+check "... and its last line names the folder alone" [ "$(tail -n 1 "$work/log")" = "get_mnist: dataset: MNIST in ./data/mnist" ]
 
 stale=$out/.train-images-idx3-ubyte.gz.part.Stale1 live=$out/.t10k-labels-idx1-ubyte.gz.part.Live22
 head -c 1000 /dev/urandom >"$stale" && touch -d '-11 minutes' "$stale"
