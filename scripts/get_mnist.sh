@@ -65,9 +65,9 @@ fall_back_to_fashion() {
 file_mode=$(printf '%o' $(( 0666 & ~0$(umask) )))
 command -v curl >/dev/null || { say "curl is not installed (apt-get install -y curl)" >&2; exit 1; }
 mkdir -p -- "$dir"
-# Temporary files a killed run left (SIGKILL, power loss): none can be a live download, which curl's --max-time
-# ends 10 minutes after it began, and the file's last write is no older than its start.
-find "$dir" -maxdepth 1 -type f -name '.*-ubyte.gz.part.*' -mmin +10 -delete
+# Temporary files a killed run left (SIGKILL, power loss). A live download's was created less than 10 minutes ago
+# (curl's --max-time ends it then) and last written since; one last written 15 minutes ago is a dead run's.
+find "$dir" -maxdepth 1 -type f -name '.*-ubyte.gz.part.*' -mmin +15 -delete
 
 for f in "${files[@]}"; do
   if [[ -f "$dir/$f" ]]; then
