@@ -11,6 +11,7 @@
 #include <mixtape/autograd/cast.h>
 #include <mixtape/autograd/precision.h>
 #include <mixtape/autograd/registry.h>
+#include <mixtape/core/cpu_capability.h>
 #include <mixtape/core/device.h>
 #include <mixtape/core/dtype.h>
 #include <mixtape/core/error.h>

@@ -58,7 +58,7 @@ struct Product {
 
 int main() {
   if (!cpu::gemm_bf16_supported()) {
-    std::printf("this CPU lacks AVX512-BF16: nothing to measure\n");
+    std::printf("no AVX512-BF16 (this CPU, or MIXTAPE_CPU_CAPABILITY): nothing to measure\n");
     return 0;
   }
   const Product products[] = {

@@ -4,6 +4,7 @@
 // differ only where the vector code runs. They are compiled with function-level target attributes and called only
 // after the CPU said it has those features.
 #include <mixtape/core/convert.h>
+#include <mixtape/core/cpu_capability.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -140,23 +141,28 @@ constexpr Converters kAvx2F16c{ConvertIsa::kAvx2F16c, "avx2+f16c",
                                float_to_bf16_avx2,    bf16_to_float_avx2,
                                half_to_double_avx2,   bf16_to_double_avx2};
 
-bool cpu_has_avx2_f16c() {
+#endif
+
+}  // namespace
+
+bool detail::cpu_has_avx2_f16c() {
+#if defined(MT_CONVERT_X86)
   __builtin_cpu_init();
   // F16C from cpuid (leaf 1, ECX bit 29): clang before 17 (Debian 12's, which builds fuzz/) has no
   // __builtin_cpu_supports("f16c").
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   return __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-}
+#else
+  return false;
 #endif
-
-}  // namespace
+}
 
 const Converters* converters(ConvertIsa isa) {
   switch (isa) {
     case ConvertIsa::kScalar: return &kScalar;
     case ConvertIsa::kAvx2F16c:
 #if defined(MT_CONVERT_X86)
-      return cpu_has_avx2_f16c() ? &kAvx2F16c : nullptr;
+      return detail::cpu_has_avx2_f16c() ? &kAvx2F16c : nullptr;
 #else
       return nullptr;
 #endif
@@ -167,7 +173,7 @@ const Converters* converters(ConvertIsa isa) {
 const Converters& converters() {
   static const Converters& best = [] () -> const Converters& {
     const Converters* vector = converters(ConvertIsa::kAvx2F16c);
-    return vector != nullptr ? *vector : kScalar;
+    return vector != nullptr && cpu_capability_allows(CpuCapability::kAvx2) ? *vector : kScalar;
   }();
   return best;
 }

@@ -39,8 +39,13 @@ struct Converters {
 /// The loops of `isa`, or nullptr when this CPU cannot run them (tests and benchmarks compare the tables).
 const Converters* converters(ConvertIsa isa);
 
-/// The best loops this CPU runs, chosen on first use.
+/// The best loops this CPU runs and MIXTAPE_CPU_CAPABILITY allows (core/cpu_capability.h), chosen on first use.
 const Converters& converters();
+
+namespace detail {
+/// Whether this CPU has AVX2 and F16C (kAvx2F16c's loops), whatever MIXTAPE_CPU_CAPABILITY says.
+bool cpu_has_avx2_f16c();
+}  // namespace detail
 
 inline void convert_n(const float* src, Half* dst, int64_t n) { converters().float_to_half(src, dst, n); }
 inline void convert_n(const Half* src, float* dst, int64_t n) { converters().half_to_float(src, dst, n); }

@@ -17,13 +17,17 @@
 // Each check prints the input bits and both outputs; a test stops after
 // Failures::kMax mismatches.
 #include <mixtape/core/convert.h>
+#include <mixtape/core/cpu_capability.h>
 #include <mixtape/core/half.h>
+#include <mixtape/ops/cpu/cpu_features.h>
 
 #include <boost/test/unit_test.hpp>
 
 #include <bit>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <iomanip>
 #include <limits>
 #include <random>
@@ -621,16 +625,54 @@ std::vector<float> floats_to_narrow() {
 
 BOOST_AUTO_TEST_SUITE(bulk_conversions)
 
-// A vector table that is never chosen would leave every test below comparing half.h with itself.
+// A vector table that is never chosen would leave every test below comparing half.h with itself. The chosen one
+// is the best this CPU runs unless MIXTAPE_CPU_CAPABILITY holds the kernels below AVX2 (ctest's test_half_at_default).
 BOOST_AUTO_TEST_CASE(the_best_table_this_cpu_runs_is_chosen) {
   const auto tables = runnable_tables();
   BOOST_TEST((tables.front()->isa == ConvertIsa::kScalar));
-  BOOST_TEST(mixtape::converters().name == tables.back()->name);
+  const bool capped = !mixtape::cpu_capability_allows(mixtape::CpuCapability::kAvx2);
+  BOOST_TEST(mixtape::converters().name == (capped ? tables.front() : tables.back())->name);
+  BOOST_TEST_MESSAGE("conversion table chosen: " << mixtape::converters().name);
 #if defined(MT_TEST_HAVE_F16C_PROBE)
   const bool avx2_f16c = __builtin_cpu_supports("avx2") && cpu_has_f16c();
   BOOST_TEST((mixtape::converters(ConvertIsa::kAvx2F16c) != nullptr) == avx2_f16c);
 #endif
   for (const Converters* t : tables) BOOST_TEST_MESSAGE("conversion table tested: " << t->name);
+}
+
+// cpu_capability() is the CPU's level (asked here of CPUID, not of the library) capped by MIXTAPE_CPU_CAPABILITY;
+// ctest runs this suite unset and at "default" and "avx2".
+BOOST_AUTO_TEST_CASE(cpu_capability_is_the_cpus_level_capped_by_the_environment) {
+  using mixtape::CpuCapability;
+  const CpuCapability levels[] = {CpuCapability::kDefault, CpuCapability::kAvx2, CpuCapability::kAvx512,
+                                  CpuCapability::kAvx512Bf16};
+  CpuCapability cpu = CpuCapability::kDefault;
+#if defined(MT_TEST_HAVE_F16C_PROBE)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    cpu = __builtin_cpu_supports("avx512bf16") ? CpuCapability::kAvx512Bf16 : CpuCapability::kAvx512;
+  else if (__builtin_cpu_supports("avx2") && cpu_has_f16c())
+    cpu = CpuCapability::kAvx2;
+#endif
+  const char* env = std::getenv("MIXTAPE_CPU_CAPABILITY");
+  CpuCapability cap = CpuCapability::kAvx512Bf16;  // unset, or a value the library ignores
+  for (CpuCapability level : levels)
+    if (env != nullptr && mixtape::to_string(level) == env) cap = level;
+  BOOST_TEST_MESSAGE("cpu capability " << mixtape::cpu_capability() << " (this CPU's: " << cpu
+                                       << ", MIXTAPE_CPU_CAPABILITY " << (env != nullptr ? env : "unset") << ")");
+  BOOST_TEST(mixtape::cpu_capability() == std::min(cpu, cap));
+  for (CpuCapability level : levels)
+    BOOST_TEST(mixtape::cpu_capability_allows(level) == (level <= cap), "allows " << level);
+  BOOST_TEST(mixtape::to_string(CpuCapability::kAvx512Bf16) == "avx512_bf16");
+#if defined(MT_TEST_HAVE_F16C_PROBE)
+  // The kernels' own questions (ops/cpu/cpu_features.h) get the capped answers.
+  namespace k = mixtape::kernels::cpu;
+  const bool avx512_bw_vl = cpu >= CpuCapability::kAvx512;
+  BOOST_TEST(k::has_f16c() == (__builtin_cpu_supports("avx") && cpu_has_f16c() && cap >= CpuCapability::kAvx2));
+  BOOST_TEST(k::has_avx512f() == (__builtin_cpu_supports("avx512f") && cap >= CpuCapability::kAvx512));
+  BOOST_TEST(k::has_avx512bw_vl() == (avx512_bw_vl && cap >= CpuCapability::kAvx512));
+  BOOST_TEST(k::has_avx512_bf16() == (cpu == CpuCapability::kAvx512Bf16 && cap >= CpuCapability::kAvx512Bf16));
+#endif
 }
 
 BOOST_AUTO_TEST_CASE(widening_every_pattern) {

@@ -475,7 +475,8 @@ void forward_batch(const Plan& p, const T* x, const float* U, const float* bias,
 #endif  // MT_WINOGRAD_X86
 
 void check_supported(const char* what) {
-  MT_CHECK(winograd_supported(), "conv2d: ", what, " needs AVX-512F, which this CPU lacks (use ConvPath::kGemm)");
+  MT_CHECK(winograd_supported(), "conv2d: ", what, " needs AVX-512F, which this CPU lacks or MIXTAPE_CPU_CAPABILITY ",
+           "withholds (use ConvPath::kGemm)");
 }
 
 /// The caller thread's buffers for the transformed filters and the per-thread weight gradients.

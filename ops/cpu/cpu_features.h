@@ -1,12 +1,15 @@
 // ops/cpu/cpu_features.h — what the CPU this process runs on can do, asked once (internal).
 //
 // The CPU kernels with an AVX-512 path compile it with a target attribute and choose it at run time, so one binary
-// serves every x86-64 CPU; these are the questions they ask. Each answer is computed on first use and kept.
+// serves every x86-64 CPU; these are the questions they ask. Each answer is computed on first use and kept, and is
+// "no" where MIXTAPE_CPU_CAPABILITY holds the kernels below the feature's level (core/cpu_capability.h).
 #pragma once
 
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+
+#include <mixtape/core/cpu_capability.h>
 
 namespace mixtape::kernels::cpu {
 
@@ -17,7 +20,8 @@ inline bool has_f16c() {
   static const bool has = [] {
     __builtin_cpu_init();
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0 &&
+           cpu_capability_allows(CpuCapability::kAvx2);
   }();
   return has;
 }
@@ -26,7 +30,7 @@ inline bool has_f16c() {
 inline bool has_avx512f() {
   static const bool has = [] {
     __builtin_cpu_init();  // the answer may be asked for before the runtime's own initialisation has run
-    return __builtin_cpu_supports("avx512f");
+    return __builtin_cpu_supports("avx512f") && cpu_capability_allows(CpuCapability::kAvx512);
   }();
   return has;
 }
@@ -39,7 +43,8 @@ inline bool has_avx512bw_vl() {
 
 /// AVX512-BF16 as well (vdpbf16ps: bf16 products summed in f32; Cooper Lake, Zen 4 and later).
 inline bool has_avx512_bf16() {
-  static const bool has = has_avx512bw_vl() && __builtin_cpu_supports("avx512bf16");
+  static const bool has = has_avx512bw_vl() && __builtin_cpu_supports("avx512bf16") &&
+                          cpu_capability_allows(CpuCapability::kAvx512Bf16);
   return has;
 }
 #else

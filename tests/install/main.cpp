@@ -20,7 +20,8 @@ int main() {
     trace_str = trace.str();
   }
   loss.backward();                              // w1.grad() and w2.grad() arrive in f32
-  std::cout << trace_str << "\nloss " << loss << "\ncuda available: " << mt::cuda::is_available() << "\n";
+  std::cout << trace_str << "\nloss " << loss << "\ncuda available: " << mt::cuda::is_available()
+            << "\ncpu capability: " << mt::cpu_capability() << "\n";
   bool ok = trace_str == "cast:f16 cast:f16 linear:f16 relu:f16 cast:f16 linear:f16 cross_entropy:f32" &&
             loss.dtype() == mt::kF32 && w1.grad().dtype() == mt::kF32 && w2.grad().dtype() == mt::kF32;
   return ok ? 0 : 1;
