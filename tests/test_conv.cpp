@@ -229,7 +229,8 @@ ConvResult conv_and_grads(const Tensor& x0, const Tensor& w0, const Tensor& b0, 
 
 BOOST_AUTO_TEST_CASE(winograd_matches_float64_and_im2col, MT_CPU_TEST) {
   if (!mt::kernels::cpu::winograd_supported()) {
-    BOOST_TEST_MESSAGE("winograd_matches_float64_and_im2col: skipped, no AVX-512F (this CPU, or MIXTAPE_CPU_CAPABILITY)");
+    BOOST_TEST_MESSAGE("winograd_matches_float64_and_im2col: skipped, no AVX-512F "
+                       "(this CPU, or MIXTAPE_CPU_CAPABILITY)");
     return;
   }
   struct Config {
@@ -303,7 +304,8 @@ BOOST_AUTO_TEST_CASE(winograd_matches_float64_and_im2col, MT_CPU_TEST) {
 
 BOOST_AUTO_TEST_CASE(winograd_batch_equals_its_images, MT_CPU_TEST) {
   if (!mt::kernels::cpu::winograd_supported()) {
-    BOOST_TEST_MESSAGE("winograd_batch_equals_its_images: skipped, no AVX-512F (this CPU, or MIXTAPE_CPU_CAPABILITY)");
+    BOOST_TEST_MESSAGE("winograd_batch_equals_its_images: skipped, no AVX-512F "
+                       "(this CPU, or MIXTAPE_CPU_CAPABILITY)");
     return;
   }
   // Images go to threads whole: y and dx of an image do not depend on the batch around it, bit for bit. The
@@ -328,7 +330,8 @@ BOOST_AUTO_TEST_CASE(winograd_batch_equals_its_images, MT_CPU_TEST) {
 
 BOOST_AUTO_TEST_CASE(winograd_keeps_non_finite_values_non_finite, MT_CPU_TEST) {
   if (!mt::kernels::cpu::winograd_supported()) {
-    BOOST_TEST_MESSAGE("winograd_keeps_non_finite_values_non_finite: skipped, no AVX-512F (this CPU, or MIXTAPE_CPU_CAPABILITY)");
+    BOOST_TEST_MESSAGE("winograd_keeps_non_finite_values_non_finite: skipped, no AVX-512F "
+                       "(this CPU, or MIXTAPE_CPU_CAPABILITY)");
     return;
   }
   // An inf or NaN spreads through its tiles' transforms (inf − inf is NaN), so outputs a direct sum would leave

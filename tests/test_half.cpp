@@ -23,8 +23,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <bit>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>

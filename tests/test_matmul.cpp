@@ -162,7 +162,7 @@ void check_matmul(const Tensor& a, const Tensor& b, std::optional<DType> out_dty
 struct gemm_bf16_available {
   boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
     boost::test_tools::assertion_result r(kn::cpu::gemm_bf16_supported());
-    if (!r) r.message() << "no AVX512-BF16 (this CPU, or MIXTAPE_CPU_CAPABILITY): skipping the bf16 GEMM kernel's cases";
+    if (!r) r.message() << "no AVX512-BF16 (this CPU, or MIXTAPE_CPU_CAPABILITY): skipping the bf16 GEMM's cases";
     return r;
   }
 };

@@ -27,7 +27,7 @@ for precision in fp32 fp16; do
     case "$log" in *"ignoring MIXTAPE_CPU_CAPABILITY"*) printf '%s\n' "$log"; exit 1 ;; esac
     if [ "$level" != all ]; then
       cmp -s "$dir/$precision-all.safetensors" "$out" || {
-        echo "mlp $precision: the checkpoint at MIXTAPE_CPU_CAPABILITY=$level differs from the one with every instruction set"
+        echo "mlp $precision: the checkpoint at MIXTAPE_CPU_CAPABILITY=$level differs from the one at the CPU's level"
         exit 1
       }
       echo "mlp $precision: MIXTAPE_CPU_CAPABILITY=$level saves the same bytes"

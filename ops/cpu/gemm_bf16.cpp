@@ -221,8 +221,8 @@ MT_AVX512_BF16 void gemm_bf16_avx512(int64_t m, int64_t n, int64_t k, Bf16Matrix
 
 template <class Out>
 void gemm_bf16_checked(int64_t m, int64_t n, int64_t k, Bf16Matrix a, Bf16Matrix b, Out* c, int64_t ldc) {
-  MT_CHECK(gemm_bf16_supported(), "gemm_bf16: no AVX512-BF16 (this CPU lacks it or MIXTAPE_CPU_CAPABILITY withholds it; ",
-           m, "x", k, " by ", k, "x", n, ")");
+  MT_CHECK(gemm_bf16_supported(), "gemm_bf16: no AVX512-BF16 (this CPU lacks it or MIXTAPE_CPU_CAPABILITY ",
+           "withholds it; ", m, "x", k, " by ", k, "x", n, ")");
   MT_CHECK(m >= 0 && n >= 0 && k >= 0 && ldc >= n, "gemm_bf16: bad sizes m=", m, " n=", n, " k=", k, " ldc=", ldc);
   if (m == 0 || n == 0) return;
 #if defined(MT_GEMM_BF16_X86)
