@@ -17,13 +17,11 @@ trap 'rm -rf "$dir"' EXIT
 for precision in fp32 fp16; do
   for level in all avx2 default; do
     out=$dir/$precision-$level.safetensors
-    if [ "$level" = all ]; then
-      log=$(env -u MIXTAPE_CPU_CAPABILITY "$mnist" --model mlp --precision "$precision" --max-steps 40 --threads 2 \
-              --save "$out" 2>&1)
-    else
-      log=$(MIXTAPE_CPU_CAPABILITY=$level "$mnist" --model mlp --precision "$precision" --max-steps 40 --threads 2 \
-              --save "$out" 2>&1)
-    fi || { printf '%s\n' "$log"; exit 1; }
+    setting="MIXTAPE_CPU_CAPABILITY=$level"
+    [ "$level" = all ] && setting="-u MIXTAPE_CPU_CAPABILITY"
+    # shellcheck disable=SC2086 # $setting is one or two words, split on purpose
+    log=$(env $setting "$mnist" --model mlp --precision "$precision" --max-steps 40 --threads 2 --save "$out" 2>&1) ||
+      { printf '%s\n' "$log"; exit 1; }
     case "$log" in *"ignoring MIXTAPE_CPU_CAPABILITY"*) printf '%s\n' "$log"; exit 1 ;; esac
     if [ "$level" != all ]; then
       cmp -s "$dir/$precision-all.safetensors" "$out" || {

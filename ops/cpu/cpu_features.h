@@ -34,24 +34,16 @@ inline bool has_avx512f() {
   }();
   return has;
 }
-
-/// AVX-512F with byte/word (BW) and 128/256-bit (VL) forms: the 16-bit integer lanes of bf16/f16 bit work.
-inline bool has_avx512bw_vl() {
-  static const bool has = has_avx512f() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return has;
-}
-
-/// AVX512-BF16 as well (vdpbf16ps: bf16 products summed in f32; Cooper Lake, Zen 4 and later).
-inline bool has_avx512_bf16() {
-  static const bool has = has_avx512bw_vl() && __builtin_cpu_supports("avx512bf16") &&
-                          cpu_capability_allows(CpuCapability::kAvx512Bf16);
-  return has;
-}
 #else
 inline bool has_f16c() { return false; }
 inline bool has_avx512f() { return false; }
-inline bool has_avx512bw_vl() { return false; }
-inline bool has_avx512_bf16() { return false; }
 #endif
+
+/// AVX-512F with byte/word (BW) and 128/256-bit (VL) forms: the 16-bit integer lanes of bf16/f16 bit work (the
+/// levels of core/cpu_capability.h from kAvx512 on).
+inline bool has_avx512bw_vl() { return cpu_capability() >= CpuCapability::kAvx512; }
+
+/// AVX512-BF16 as well (vdpbf16ps: bf16 products summed in f32; Cooper Lake, Zen 4 and later).
+inline bool has_avx512_bf16() { return cpu_capability() >= CpuCapability::kAvx512Bf16; }
 
 }  // namespace mixtape::kernels::cpu
