@@ -5,7 +5,8 @@
 // MIXTAPE_CPU_CAPABILITY (PyTorch's ATEN_CPU_CAPABILITY) lowers that choice, never raises it past the CPU:
 //
 //   default       the portable loops only
-//   avx2          and the F16C conversions (f16 <-> f32 in hardware) and the AVX2 conversion tables
+//   avx2          and the F16C conversions (f16 <-> f32 in hardware), the AVX2 conversion tables and the AVX2
+//                 Winograd convolutions (with FMA)
 //   avx512        and the AVX-512 F/BW/VL loops (max-pool, Winograd convolutions, Adam, dropout masks)
 //   avx512_bf16   and the AVX512-BF16 dot products (the bf16 GEMM): all of them, as when the variable is unset
 //

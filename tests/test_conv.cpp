@@ -161,7 +161,7 @@ BOOST_AUTO_TEST_CASE(conv2d_in_chunks_equals_one_sample_at_a_time, MT_CPU_TEST) 
   // too), 3 MB in f64. Against ops/cpu/conv.cpp's 4 MiB budget a batch of 5 runs as chunks of 2, 2 and 1 samples
   // (f32, bf16) or 5 chunks of 1 (f64); a batch of 1 is always one chunk, so sample by sample is the reference. y and
   // dX come from the same per-sample GEMMs and must match exactly. (f32 3x3 windows of stride 1 take the Winograd
-  // path on an AVX-512 CPU: forced off here, tested below.)
+  // path on an AVX2 or AVX-512 CPU: forced off here, tested below.)
   const mt::kernels::cpu::ForceConvPath gemm(mt::kernels::cpu::ConvPath::kGemm);
   for (DType dt : {mt::kF32, mt::kF64, mt::kBF16}) {
     BOOST_TEST_CONTEXT("dtype " << dt) {
@@ -229,7 +229,7 @@ ConvResult conv_and_grads(const Tensor& x0, const Tensor& w0, const Tensor& b0, 
 
 BOOST_AUTO_TEST_CASE(winograd_matches_float64_and_im2col, MT_CPU_TEST) {
   if (!mt::kernels::cpu::winograd_supported()) {
-    BOOST_TEST_MESSAGE("winograd_matches_float64_and_im2col: skipped, no AVX-512F "
+    BOOST_TEST_MESSAGE("winograd_matches_float64_and_im2col: skipped, no AVX2 with FMA or AVX-512F "
                        "(this CPU, or MIXTAPE_CPU_CAPABILITY)");
     return;
   }
@@ -304,7 +304,7 @@ BOOST_AUTO_TEST_CASE(winograd_matches_float64_and_im2col, MT_CPU_TEST) {
 
 BOOST_AUTO_TEST_CASE(winograd_batch_equals_its_images, MT_CPU_TEST) {
   if (!mt::kernels::cpu::winograd_supported()) {
-    BOOST_TEST_MESSAGE("winograd_batch_equals_its_images: skipped, no AVX-512F "
+    BOOST_TEST_MESSAGE("winograd_batch_equals_its_images: skipped, no AVX2 with FMA or AVX-512F "
                        "(this CPU, or MIXTAPE_CPU_CAPABILITY)");
     return;
   }
@@ -330,7 +330,7 @@ BOOST_AUTO_TEST_CASE(winograd_batch_equals_its_images, MT_CPU_TEST) {
 
 BOOST_AUTO_TEST_CASE(winograd_keeps_non_finite_values_non_finite, MT_CPU_TEST) {
   if (!mt::kernels::cpu::winograd_supported()) {
-    BOOST_TEST_MESSAGE("winograd_keeps_non_finite_values_non_finite: skipped, no AVX-512F "
+    BOOST_TEST_MESSAGE("winograd_keeps_non_finite_values_non_finite: skipped, no AVX2 with FMA or AVX-512F "
                        "(this CPU, or MIXTAPE_CPU_CAPABILITY)");
     return;
   }

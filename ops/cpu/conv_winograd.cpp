@@ -1,11 +1,12 @@
-// ops/cpu/conv_winograd.cpp — Winograd F(4x4, 3x3) on AVX-512 (ops/cpu/conv_winograd.h).
+// ops/cpu/conv_winograd.cpp — Winograd F(4x4, 3x3) on AVX-512 or AVX2 (ops/cpu/conv_winograd.h).
 //
 // Per image: the input is packed channels-last into a zero-bordered buffer covering every tile (xt, (hp, wp, K_p)),
-// so that a tile's 36 pixels are 36 aligned vector loads of 16 channels; then groups of tiles go through
+// so that a tile's 36 pixels are 36 aligned vector loads of 16 channels (or 72 of 8); then groups of tiles go through
 // the input transform (V, (36, group, K_p)), 36 register-blocked GEMMs against the transformed filters (U, (36, K,
 // N_p)) into M (36, group, N_p), and the output transform into a channels-last output (yt), which is finally
 // transposed into the (C, H, W) planes. K is the convolution's input channels, N its outputs; both padded to 16
-// (K_p, N_p) with zeros. Tensors travel channels-last only inside an image's scratch, which stays in L2.
+// (K_p, N_p) with zeros. Tensors travel channels-last only inside an image's scratch, which stays in L2. The vector
+// kernels are written once (ops/cpu/conv_winograd_kernels.inc) and compiled for AVX-512F and for AVX2 with FMA.
 #include <mixtape/ops/cpu/conv_winograd.h>
 
 #include <algorithm>
@@ -173,214 +174,6 @@ void untransform_filter_gradients(const float* dU, int64_t K, int64_t N, int64_t
     }
 }
 
-#if defined(MT_WINOGRAD_X86)
-
-#define MT_AVX512 __attribute__((target("avx512f")))
-
-MT_AVX512 inline __mmask16 mask16(int64_t valid) {
-  return valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(valid, 0)) - 1u);
-}
-
-/// dst[j·ldd + i] = src[i·lds + j] for i < rows, j < cols (both <= 16). Each of the cols rows of dst gets
-/// `lanes` lanes: those past `rows` are zeros.
-MT_AVX512 inline void transpose_block(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
-                                      int64_t ldd, int64_t lanes) {
-  const __mmask16 load = mask16(cols), store = mask16(lanes);
-  __m512 r[16];
-  for (int64_t i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(load, src + i * lds) : _mm512_setzero_ps();
-  transpose16(r);
-  for (int64_t j = 0; j < cols; ++j) _mm512_mask_storeu_ps(dst + j * ldd, store, r[j]);
-}
-
-/// dst (hd, wd, c_p) = src (c, h, w) placed at [off_h + y][off_w + x][c], zeros around it and in the channels
-/// past c (the transposed blocks write all 16 lanes of every pixel they cover, zeros past c).
-MT_AVX512 void pack_channels_last(const float* src, int64_t c, int64_t h, int64_t w, float* dst, int64_t hd,
-                                  int64_t wd, int64_t c_p, int64_t off_h, int64_t off_w) {
-  auto zero = [&](int64_t y, int64_t x0, int64_t x1) {
-    if (x1 > x0) std::memset(dst + (y * wd + x0) * c_p, 0, sizeof(float) * static_cast<size_t>((x1 - x0) * c_p));
-  };
-  for (int64_t y = 0; y < hd; ++y) {
-    if (y < off_h || y >= off_h + h) {
-      zero(y, 0, wd);
-    } else {
-      zero(y, 0, off_w);
-      zero(y, off_w + w, wd);
-    }
-  }
-  for (int64_t c0 = 0; c0 < c; c0 += 16)  // 16 planes at a time, each read front to back
-    for (int64_t y = 0; y < h; ++y)
-      for (int64_t x0 = 0; x0 < w; x0 += 16)
-        transpose_block(src + (c0 * h + y) * w + x0, h * w, std::min<int64_t>(16, c - c0),
-                        std::min<int64_t>(16, w - x0),
-                        dst + ((off_h + y) * wd + off_w + x0) * c_p + c0, c_p, 16);
-}
-
-/// dst[c][y][x] = src[y][x][c] for dst (c, h, w) and src (·, ws, c_p): the channels-last output back into planes.
-MT_AVX512 void unpack_channels_first(const float* src, int64_t ws, int64_t c_p, float* dst, int64_t c, int64_t h,
-                                     int64_t w) {
-  for (int64_t c0 = 0; c0 < c; c0 += 16)  // 16 planes at a time, each written front to back
-    for (int64_t y = 0; y < h; ++y)
-      for (int64_t x0 = 0; x0 < w; x0 += 16) {
-        const int64_t pixels = std::min<int64_t>(16, w - x0);
-        transpose_block(src + (y * ws + x0) * c_p + c0, c_p, pixels, std::min<int64_t>(16, c - c0),
-                        dst + (c0 * h + y) * w + x0, h * w, pixels);
-      }
-}
-
-/// Bᵀ d of six inputs along one axis: v = Bᵀ (d0 .. d5).
-MT_AVX512 inline void input_1d(const __m512* d, __m512* v) {  // d[6] -> v[6]
-  const __m512 four = _mm512_set1_ps(4.0f), five = _mm512_set1_ps(-5.0f), two = _mm512_set1_ps(2.0f);
-  const __m512 d42 = _mm512_sub_ps(d[4], d[2]);
-  v[0] = _mm512_fmadd_ps(four, d[0], _mm512_fmadd_ps(five, d[2], d[4]));  // 4 d0 − 5 d2 + d4
-  v[1] = _mm512_fnmadd_ps(four, _mm512_add_ps(d[1], d[2]), _mm512_add_ps(d[3], d[4]));  // −4 (d1 + d2) + d3 + d4
-  v[2] = _mm512_fmadd_ps(four, _mm512_sub_ps(d[1], d[2]), _mm512_sub_ps(d[4], d[3]));   // 4 (d1 − d2) + d4 − d3
-  v[3] = _mm512_fmadd_ps(two, _mm512_sub_ps(d[3], d[1]), d42);                         // 2 (d3 − d1) + d4 − d2
-  v[4] = _mm512_fmadd_ps(two, _mm512_sub_ps(d[1], d[3]), d42);                         // 2 (d1 − d3) + d4 − d2
-  v[5] = _mm512_fmadd_ps(four, d[1], _mm512_fmadd_ps(five, d[3], d[5]));               // 4 d1 − 5 d3 + d5
-}
-
-/// Aᵀ m of six transformed values along one axis: four outputs.
-MT_AVX512 inline void output_1d(const __m512 m[6], __m512 y[4]) {
-  const __m512 a = _mm512_add_ps(m[1], m[2]), b = _mm512_sub_ps(m[1], m[2]);
-  const __m512 c = _mm512_add_ps(m[3], m[4]), d = _mm512_sub_ps(m[3], m[4]);
-  y[0] = _mm512_add_ps(_mm512_add_ps(m[0], a), c);                                  // m0 + m1 + m2 + m3 + m4
-  y[1] = _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d, b);                              // m1 − m2 + 2 (m3 − m4)
-  y[2] = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), c, a);                              // m1 + m2 + 4 (m3 + m4)
-  y[3] = _mm512_fmadd_ps(_mm512_set1_ps(8.0f), d, _mm512_add_ps(b, m[5]));         // m1 − m2 + 8 (m3 − m4) + m5
-}
-
-/// A dy, the adjoint of output_1d: six transformed gradients from four output gradients.
-MT_AVX512 inline void output_adjoint_1d(const __m512* g, __m512* m) {  // g[4] -> m[6]
-  const __m512 e = _mm512_add_ps(g[0], g[2]), o = _mm512_add_ps(g[1], g[3]);
-  const __m512 e4 = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), g[2], g[0]);           // g0 + 4 g2
-  const __m512 o8 = _mm512_fmadd_ps(_mm512_set1_ps(8.0f), g[3], _mm512_add_ps(g[1], g[1]));  // 2 g1 + 8 g3
-  m[0] = g[0];
-  m[1] = _mm512_add_ps(e, o);
-  m[2] = _mm512_sub_ps(e, o);
-  m[3] = _mm512_add_ps(e4, o8);
-  m[4] = _mm512_sub_ps(e4, o8);
-  m[5] = g[3];
-}
-
-/// The 36 transformed positions of each tile in [t0, t0 + count): out[ξ][t − t0][·] = (T d Tᵀ)[ξ], ξ = 6·row +
-/// column, where `transform` maps R values to 6 along one axis and d is the tile's R x R pixels in a packed
-/// channels-last image (rows of `ws` pixels of `lanes` channels; tiles kTile pixels apart). out's rows are p.group
-/// tiles apart per ξ. The input transform reads 6 x 6 pixels of xt with Bᵀ (input_1d); the weight gradient's
-/// adjoint of the output transform reads 4 x 4 output gradients of dyt with A (output_adjoint_1d).
-template <int R, void (*transform)(const __m512*, __m512*)>
-MT_AVX512 void transform_tiles(const Plan& p, const float* image, int64_t ws, int64_t lanes, int64_t t0, int64_t count,
-                               float* out) {
-  for (int64_t tl = 0; tl < count; ++tl) {
-    const int64_t th = (t0 + tl) / p.tiles_w, tw = (t0 + tl) % p.tiles_w;
-    const float* tile = image + (th * kTile * ws + tw * kTile) * lanes;
-    for (int64_t c = 0; c < lanes; c += 16) {
-      __m512 rows[R][kAlpha];  // transformed along each row of the tile
-      for (int i = 0; i < R; ++i) {
-        __m512 d[R];
-        for (int j = 0; j < R; ++j) d[j] = _mm512_load_ps(tile + (i * ws + j) * lanes + c);
-        transform(d, rows[i]);
-      }
-      for (int j = 0; j < kAlpha; ++j) {
-        __m512 col[R], v[kAlpha];
-        for (int i = 0; i < R; ++i) col[i] = rows[i][j];
-        transform(col, v);
-        for (int i = 0; i < kAlpha; ++i) _mm512_store_ps(out + ((i * kAlpha + j) * p.group + tl) * lanes + c, v[i]);
-      }
-    }
-  }
-}
-
-/// The outputs of each tile in [t0, t0 + count): yt[4·th + i][4·tw + j][·] = (Aᵀ M A)[i][j] + bias, into the
-/// packed output yt (ht, wt, n_p).
-MT_AVX512 void output_transform(const Plan& p, const float* M, const float* bias, int64_t t0, int64_t count,
-                                float* yt) {
-  for (int64_t tl = 0; tl < count; ++tl) {
-    const int64_t th = (t0 + tl) / p.tiles_w, tw = (t0 + tl) % p.tiles_w;
-    float* tile = yt + (th * kTile * p.wt + tw * kTile) * p.n_p;
-    for (int64_t c = 0; c < p.n_p; c += 16) {
-      __m512 rows[kAlpha][kTile];  // Aᵀ along each row of M
-      for (int i = 0; i < kAlpha; ++i) {
-        __m512 m[kAlpha];
-        for (int j = 0; j < kAlpha; ++j) m[j] = _mm512_load_ps(M + ((i * kAlpha + j) * p.group + tl) * p.n_p + c);
-        output_1d(m, rows[i]);
-      }
-      const __m512 b = _mm512_load_ps(bias + c);
-      for (int j = 0; j < kTile; ++j) {
-        __m512 col[kAlpha], y[kTile];
-        for (int i = 0; i < kAlpha; ++i) col[i] = rows[i][j];
-        output_1d(col, y);
-        for (int i = 0; i < kTile; ++i) _mm512_store_ps(tile + (i * p.wt + j) * p.n_p + c, _mm512_add_ps(y[i], b));
-      }
-    }
-  }
-}
-
-/// c (MR x 16·NV, rows ldc apart) = (or +=, accumulate) Σ_q a(i, q) · b[q][·] over q < depth, where a(i, q) =
-/// a[i·a_rs + q·a_ks] and b's rows are ldb apart (64-byte aligned): MR·NV sums in registers over the whole depth.
-template <int MR, int NV>
-MT_AVX512 void micro(int64_t depth, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb, float* c,
-                     int64_t ldc, bool accumulate) {
-  __m512 acc[MR][NV];
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) acc[i][j] = accumulate ? _mm512_load_ps(c + i * ldc + 16 * j) : _mm512_setzero_ps();
-  for (int64_t q = 0; q < depth; ++q) {
-    __m512 bv[NV];
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) bv[j] = _mm512_load_ps(b + q * ldb + 16 * j);
-    const float* aq = a + q * a_ks;
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      const __m512 av = _mm512_set1_ps(aq[i * a_rs]);
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) _mm512_store_ps(c + i * ldc + 16 * j, acc[i][j]);
-}
-
-/// Rows of a register tile with NV vectors of columns: 24 accumulators, or as many as fit.
-template <int NV>
-constexpr int kRows = NV == 4 ? 6 : NV == 3 ? 8 : 12;
-
-/// The last rows < kRows<NV> of a block: one micro-kernel of exactly that many rows.
-template <int NV, int R = kRows<NV> - 1>
-MT_AVX512 void micro_rows(int64_t rows, int64_t depth, const float* a, int64_t a_rs, int64_t a_ks, const float* b,
-                          int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  if constexpr (R > 0) {
-    if (rows == R) return micro<R, NV>(depth, a, a_rs, a_ks, b, ldb, c, ldc, accumulate);
-    micro_rows<NV, R - 1>(rows, depth, a, a_rs, a_ks, b, ldb, c, ldc, accumulate);
-  }
-}
-
-template <int NV>
-MT_AVX512 void gemm_columns(int64_t rows, int64_t depth, const float* a, int64_t a_rs, int64_t a_ks, const float* b,
-                            int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  constexpr int MR = kRows<NV>;
-  int64_t r = 0;
-  for (; r + MR <= rows; r += MR) micro<MR, NV>(depth, a + r * a_rs, a_rs, a_ks, b, ldb, c + r * ldc, ldc, accumulate);
-  if (r < rows) micro_rows<NV>(rows - r, depth, a + r * a_rs, a_rs, a_ks, b, ldb, c + r * ldc, ldc, accumulate);
-}
-
-/// c (rows x cols, cols a multiple of 16) = (or +=) a (rows x depth, strided as in micro) · b (depth x cols).
-MT_AVX512 void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_rs, int64_t a_ks,
-                    const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  for (int64_t c0 = 0; c0 < cols; c0 += 64) {
-    const float* bc = b + c0;
-    float* cc = c + c0;
-    switch (std::min<int64_t>(4, (cols - c0) / 16)) {
-      case 4: gemm_columns<4>(rows, depth, a, a_rs, a_ks, bc, ldb, cc, ldc, accumulate); break;
-      case 3: gemm_columns<3>(rows, depth, a, a_rs, a_ks, bc, ldb, cc, ldc, accumulate); break;
-      case 2: gemm_columns<2>(rows, depth, a, a_rs, a_ks, bc, ldb, cc, ldc, accumulate); break;
-      default: gemm_columns<1>(rows, depth, a, a_rs, a_ks, bc, ldb, cc, ldc, accumulate); break;
-    }
-  }
-}
-
 /// Each thread's scratch, kept from call to call.
 struct Scratch {
   Floats xt, yt, v, m;
@@ -401,82 +194,127 @@ const float* widened(const T* x, int64_t count) {
   }
 }
 
-/// y (N, ho, wo) of one image = the convolution of x (K, h, w) with the transformed filters U (36, K, n_p), plus
-/// bias (n_p); overwrites. f16/bf16 images are widened to f32 first and the f32 outputs rounded once at the end.
-template <class T>
-MT_AVX512 void forward_image(const Plan& p, const T* x_in, const float* U, const float* bias, T* y) {
-  const int64_t K = p.s.c_in, N = p.s.c_out;
-  const float* x = widened(x_in, K * p.s.h * p.s.w);
-  float* xt = t_scratch.xt.get(p.hp * p.wp * p.k_p);
-  float* yt = t_scratch.yt.get(p.ht * p.wt * p.n_p);
-  float* V = t_scratch.v.get(kXi * p.group * p.k_p);
-  float* M = t_scratch.m.get(kXi * p.group * p.n_p);
-  pack_channels_last(x, K, p.s.h, p.s.w, xt, p.hp, p.wp, p.k_p, p.s.pad_h, p.s.pad_w);
-  for (int64_t t0 = 0; t0 < p.tiles; t0 += p.group) {
-    const int64_t count = std::min<int64_t>(p.group, p.tiles - t0);
-    transform_tiles<kAlpha, input_1d>(p, xt, p.wp, p.k_p, t0, count, V);
-    for (int xi = 0; xi < kXi; ++xi)
-      gemm(count, p.n_p, K, V + xi * p.group * p.k_p, p.k_p, 1, U + xi * K * p.n_p, p.n_p, M + xi * p.group * p.n_p,
-           p.n_p, false);
-    output_transform(p, M, bias, t0, count, yt);
-  }
-  if constexpr (std::is_same_v<T, float>) {
-    unpack_channels_first(yt, p.wt, p.n_p, y, N, p.ho, p.wo);
-  } else {
-    float* wide = t_scratch.wide.get(N * p.ho * p.wo);
-    unpack_channels_first(yt, p.wt, p.n_p, wide, N, p.ho, p.wo);
-    convert_n(wide, y, N * p.ho * p.wo);  // core/convert.h: round to nearest even, once
-  }
-}
+#if defined(MT_WINOGRAD_X86)
 
-/// dU (36, K, n_p) += the transformed weight gradient of one image: V[ξ]ᵀ · (A dY Aᵀ)[ξ] over its tiles; and, unless
-/// nullptr, dbias (n_p) += the image's dy summed over its pixels (rows summed in f32, then added in f64).
-template <class T>
-MT_AVX512 void backward_weight_image(const Plan& p, const T* x, const T* dy, float* dU, double* dbias) {
-  const int64_t K = p.s.c_in, N = p.s.c_out;
-  float* xt = t_scratch.xt.get(p.hp * p.wp * p.k_p);
-  float* dyt = t_scratch.yt.get(p.ht * p.wt * p.n_p);
-  float* V = t_scratch.v.get(kXi * p.group * p.k_p);
-  float* M = t_scratch.m.get(kXi * p.group * p.n_p);
-  pack_channels_last(widened(x, K * p.s.h * p.s.w), K, p.s.h, p.s.w, xt, p.hp, p.wp, p.k_p, p.s.pad_h, p.s.pad_w);
-  pack_channels_last(widened(dy, N * p.ho * p.wo), N, p.ho, p.wo, dyt, p.ht, p.wt, p.n_p, 0, 0);
-  if (dbias) {
-    for (int64_t c = 0; c < p.n_p; c += 16) {
-      __m512 image = _mm512_setzero_ps();
-      for (int64_t row = 0; row < p.ho; ++row) {
-        __m512 sum = _mm512_setzero_ps();
-        for (int64_t col = 0; col < p.wo; ++col)
-          sum = _mm512_add_ps(sum, _mm512_load_ps(dyt + (row * p.wt + col) * p.n_p + c));
-        image = _mm512_add_ps(image, sum);
-      }
-      alignas(64) float sums[16];
-      _mm512_store_ps(sums, image);
-      for (int j = 0; j < 16; ++j) dbias[c + j] += sums[j];
+/// The kernels for AVX-512F: 16 lanes, 32 registers (24 accumulators in the GEMM's register tiles).
+namespace avx512 {
+#define MT_SIMD __attribute__((target("avx512f")))
+struct Simd {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static constexpr int kMaxNv = 4;
+  template <int NV>
+  static constexpr int kRows = NV == 4 ? 6 : NV == 3 ? 8 : 12;
+
+  MT_SIMD static V zero() { return _mm512_setzero_ps(); }
+  MT_SIMD static V set1(float v) { return _mm512_set1_ps(v); }
+  MT_SIMD static V load(const float* p) { return _mm512_load_ps(p); }  // 64-byte aligned
+  MT_SIMD static void store(float* p, V v) { _mm512_store_ps(p, v); }
+  MT_SIMD static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  MT_SIMD static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  MT_SIMD static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }    // a·b + c, rounded once
+  MT_SIMD static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }  // c − a·b, rounded once
+
+  /// dst[j·ldd + i] = src[i·lds + j] for i < rows, j < cols (both <= 16). Each of the cols rows of dst gets
+  /// `lanes` lanes: those past `rows` are zeros.
+  MT_SIMD static void transpose_block(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
+                                      int64_t ldd, int64_t lanes) {
+    const __mmask16 load = mask(cols), store = mask(lanes);
+    __m512 r[16];
+    for (int64_t i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(load, src + i * lds) : zero();
+    transpose16(r);
+    for (int64_t j = 0; j < cols; ++j) _mm512_mask_storeu_ps(dst + j * ldd, store, r[j]);
+  }
+
+  MT_SIMD static __mmask16 mask(int64_t valid) {
+    return valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(valid, 0)) - 1u);
+  }
+};
+#include <mixtape/ops/cpu/conv_winograd_kernels.inc>
+#undef MT_SIMD
+}  // namespace avx512
+
+/// The kernels for AVX2 with FMA: 8 lanes, 16 registers (12 accumulators in a register tile of 6 rows x 16).
+namespace avx2 {
+#define MT_SIMD __attribute__((target("avx2,fma")))
+struct Simd {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr int kMaxNv = 2;
+  template <int NV>
+  static constexpr int kRows = NV == 2 ? 6 : 12;
+
+  MT_SIMD static V zero() { return _mm256_setzero_ps(); }
+  MT_SIMD static V set1(float v) { return _mm256_set1_ps(v); }
+  MT_SIMD static V load(const float* p) { return _mm256_load_ps(p); }  // 32-byte aligned
+  MT_SIMD static void store(float* p, V v) { _mm256_store_ps(p, v); }
+  MT_SIMD static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  MT_SIMD static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  MT_SIMD static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }    // a·b + c, rounded once
+  MT_SIMD static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }  // c − a·b, rounded once
+
+  /// dst[j·ldd + i] = src[i·lds + j] for i < rows, j < cols (both <= 8). Each of the cols rows of dst gets
+  /// `lanes` lanes: those past `rows` are zeros. No memory past the block is touched.
+  MT_SIMD static void transpose_block(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
+                                      int64_t ldd, int64_t lanes) {
+    __m256 r[8];
+    for (int64_t i = 0; i < 8; ++i) r[i] = i < rows ? load_first(src + i * lds, cols) : zero();
+    transpose8(r);
+    for (int64_t j = 0; j < cols; ++j) store_first(dst + j * ldd, r[j], lanes);
+  }
+
+  /// p[0 .. n) in the first n lanes (n <= 8), zeros after: whole vectors load directly, partial ones through a
+  /// buffer (AVX2's masked loads and stores, vmaskmovps, are slow on AMD's cores: microcoded stores).
+  MT_SIMD static V load_first(const float* p, int64_t n) {
+    if (n == 8) return _mm256_loadu_ps(p);
+    alignas(32) float buffer[8] = {};
+    std::memcpy(buffer, p, sizeof(float) * static_cast<size_t>(n));
+    return _mm256_load_ps(buffer);
+  }
+
+  /// p[0 .. n) = the first n lanes of v (n <= 8).
+  MT_SIMD static void store_first(float* p, V v, int64_t n) {
+    if (n == 8) return _mm256_storeu_ps(p, v);
+    alignas(32) float buffer[8];
+    _mm256_store_ps(buffer, v);
+    std::memcpy(p, buffer, sizeof(float) * static_cast<size_t>(n));
+  }
+
+  /// The 8 x 8 transpose of r: r[i] lane j becomes r[j] lane i.
+  MT_SIMD static void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);  // per 128-bit half: r[2i][0] r[2i+1][0] r[2i][1] ..
+      t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 2; ++g) {  // u[4g + e], 128-bit half L: element 4L + e of rows 4g .. 4g + 3
+      u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+      u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xee);
+      u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+      u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xee);
+    }
+    for (int e = 0; e < 4; ++e) {  // row e takes the low halves of u[e], u[4 + e]; row 4 + e their high halves
+      r[e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x20);
+      r[4 + e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x31);
     }
   }
-  for (int64_t t0 = 0; t0 < p.tiles; t0 += p.group) {
-    const int64_t count = std::min<int64_t>(p.group, p.tiles - t0);
-    transform_tiles<kAlpha, input_1d>(p, xt, p.wp, p.k_p, t0, count, V);
-    transform_tiles<kTile, output_adjoint_1d>(p, dyt, p.wt, p.n_p, t0, count, M);
-    for (int xi = 0; xi < kXi; ++xi)
-      gemm(K, p.n_p, count, V + xi * p.group * p.k_p, 1, p.k_p, M + xi * p.group * p.n_p, p.n_p, dU + xi * K * p.n_p,
-           p.n_p, true);
-  }
-}
+};
+#include <mixtape/ops/cpu/conv_winograd_kernels.inc>
+#undef MT_SIMD
+}  // namespace avx2
 
-/// The convolution of every image of x (n, K, h, w) with transformed filters U, plus bias (n_p): images to threads.
+/// The forward convolution of every image (avx512:: or avx2::forward_batch, the widest this CPU has and allows).
 template <class T>
 void forward_batch(const Plan& p, const T* x, const float* U, const float* bias, T* y) {
-  const int64_t x_image = p.s.c_in * p.s.h * p.s.w, y_image = p.s.c_out * p.ho * p.wo;
-#pragma omp parallel for schedule(static) if (p.s.n > 1)
-  for (int64_t i = 0; i < p.s.n; ++i) forward_image(p, x + i * x_image, U, bias, y + i * y_image);
+  if (has_avx512f()) avx512::forward_batch(p, x, U, bias, y);
+  else avx2::forward_batch(p, x, U, bias, y);
 }
 
 #endif  // MT_WINOGRAD_X86
 
 void check_supported(const char* what) {
-  MT_CHECK(winograd_supported(), "conv2d: ", what, " needs AVX-512F, which this CPU lacks or MIXTAPE_CPU_CAPABILITY ",
-           "withholds (use ConvPath::kGemm)");
+  MT_CHECK(winograd_supported(), "conv2d: ", what, " needs AVX2 with FMA or AVX-512F, which this CPU lacks or ",
+           "MIXTAPE_CPU_CAPABILITY withholds (use ConvPath::kGemm)");
 }
 
 /// The caller thread's buffers for the transformed filters and the per-thread weight gradients.
@@ -486,7 +324,7 @@ thread_local Floats t_filters, t_filter_grads;
 
 bool winograd_supported() {
 #if defined(MT_WINOGRAD_X86)
-  return has_avx512f();
+  return has_avx512f() || has_avx2_fma();
 #else
   return false;
 #endif
@@ -538,13 +376,14 @@ void winograd_conv2d_backward_weight(const WinogradShape& s, const T* dy, const 
   std::fill(dU, dU + per_thread * threads, 0.0f);
   std::vector<double> db(dbias ? static_cast<size_t>(p.n_p * threads) : 0, 0.0);  // each thread's bias sums
   const int64_t x_image = s.c_in * s.h * s.w, y_image = s.c_out * p.ho * p.wo;
+  auto* const image = has_avx512f() ? &avx512::backward_weight_image<T> : &avx2::backward_weight_image<T>;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int t = omp_get_thread_num();
     float* mine = dU + per_thread * t;
     double* my_db = dbias ? db.data() + p.n_p * t : nullptr;
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < s.n; ++i) backward_weight_image(p, x + i * x_image, dy + i * y_image, mine, my_db);
+    for (int64_t i = 0; i < s.n; ++i) image(p, x + i * x_image, dy + i * y_image, mine, my_db);
   }
   for (int t = 1; t < threads; ++t) {
     const float* other = dU + per_thread * t;

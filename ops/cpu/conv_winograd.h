@@ -7,8 +7,8 @@
 // GEMM. The input gradient is the same convolution of dy, zero-padded by 2 − padding, with the filter turned 180°
 // and C_in, C_out swapped; the weight gradient is the adjoint of the forward, dU[ξ] = Σ_tiles V[ξ]ᵀ · (A dY Aᵀ)[ξ]
 // and dW = Gᵀ dU G, so it is exactly the gradient of what the forward computes. The work is done per image, in
-// groups of tiles whose transformed data stays in L2 (channels last, 16 to an AVX-512 register), never
-// materialising the transformed batch; images go to threads.
+// groups of tiles whose transformed data stays in L2 (channels last, 16 to an AVX-512 register or 8 to an AVX2
+// one), never materialising the transformed batch; images go to threads.
 //
 // Numerics. Every sum is f32 (U and dW's last transform in f64, rounded once). The transforms multiply by up to 8
 // and divide by up to 24, so rounding errors grow beyond a direct sum's: measured on N(0, 1) data
@@ -19,7 +19,8 @@
 // of the tiles that read it (inf − inf within a transform gives NaN where a direct sum would give ±inf or a finite
 // value): a NaN or inf still yields non-finite outputs, which is what anomaly mode and the GradScaler look for.
 //
-// Internal to the CPU backend (ops/cpu/conv.cpp) and its tests; AVX-512F only, chosen at run time.
+// Internal to the CPU backend (ops/cpu/conv.cpp) and its tests; AVX-512F, or AVX2 with FMA, chosen at run time
+// (both compute every lane the same way: the same bits).
 #pragma once
 
 #include <cstdint>
@@ -38,7 +39,7 @@ struct WinogradShape {
   int64_t wo() const { return w + 2 * pad_w - 2; }
 };
 
-/// Whether this CPU runs the Winograd kernels (AVX-512F).
+/// Whether this CPU runs the Winograd kernels (AVX-512F, or AVX2 with FMA; as MIXTAPE_CPU_CAPABILITY allows).
 bool winograd_supported();
 
 // T is float, Half or BFloat16: f16/bf16 data are widened to f32 (exact), computed as f32, and each result rounded

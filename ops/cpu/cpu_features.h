@@ -1,8 +1,8 @@
 // ops/cpu/cpu_features.h — what the CPU this process runs on can do, asked once (internal).
 //
-// The CPU kernels with an AVX-512 path compile it with a target attribute and choose it at run time, so one binary
-// serves every x86-64 CPU; these are the questions they ask. Each answer is computed on first use and kept, and is
-// "no" where MIXTAPE_CPU_CAPABILITY holds the kernels below the feature's level (core/cpu_capability.h).
+// The CPU kernels with an AVX2 or AVX-512 path compile it with a target attribute and choose it at run time, so one
+// binary serves every x86-64 CPU; these are the questions they ask. Each answer is computed on first use and kept,
+// and is "no" where MIXTAPE_CPU_CAPABILITY holds the kernels below the feature's level (core/cpu_capability.h).
 #pragma once
 
 #if defined(__x86_64__)
@@ -26,6 +26,17 @@ inline bool has_f16c() {
   return has;
 }
 
+/// AVX2 with FMA: 256-bit lanes and fused multiply-adds (Haswell, every Zen). Every such CPU also has F16C, which
+/// the level kAvx2 of core/cpu_capability.h requires as well.
+inline bool has_avx2_fma() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           cpu_capability_allows(CpuCapability::kAvx2);
+  }();
+  return has;
+}
+
 /// AVX-512 Foundation: 512-bit float lanes and masks (Skylake-SP, Zen 4 and later).
 inline bool has_avx512f() {
   static const bool has = [] {
@@ -36,6 +47,7 @@ inline bool has_avx512f() {
 }
 #else
 inline bool has_f16c() { return false; }
+inline bool has_avx2_fma() { return false; }
 inline bool has_avx512f() { return false; }
 #endif
 
