@@ -6,7 +6,7 @@
 //
 //   default       the portable loops only
 //   avx2          and the F16C conversions (f16 <-> f32 in hardware), the AVX2 conversion tables and the AVX2
-//                 Winograd convolutions (with FMA)
+//                 loops (Winograd convolutions with FMA, 2x2 max-pool, dropout masks)
 //   avx512        and the AVX-512 F/BW/VL loops (max-pool, Winograd convolutions, Adam, dropout masks)
 //   avx512_bf16   and the AVX512-BF16 dot products (the bf16 GEMM): all of them, as when the variable is unset
 //

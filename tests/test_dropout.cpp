@@ -69,7 +69,7 @@ BOOST_AUTO_TEST_CASE(dropout_masks, MT_CPU_TEST) {
 }
 
 BOOST_AUTO_TEST_CASE(dropout_mask_is_philox_element_by_element, MT_CPU_TEST) {
-  // The CPU kernel's vector path (AVX-512 when the CPU has it) against the definition: element i is kept when
+  // The CPU kernel's vector path (AVX-512 or AVX2 when the CPU has it) against the definition: element i is kept when
   // uniform_float(philox4x32_10(seed, 0, offset + i)[0]) >= p. Odd sizes leave a scalar tail; the last offset
   // carries the counter's low word into its high word mid-vector.
   const uint64_t seed = 0x1234567890abcdefull;

@@ -59,7 +59,7 @@ std::vector<WindowCase> pool_cases() {
       {"k3 s2 p1 d2", {1, 2, 11, 10}, window(3, 2, 1, 2)},
       {"k2x3 s1x2 p1x1 d1", {2, 2, 7, 9}, window(2, 3, 1, 2, 1, 1, 1, 1)},
       {"MNIST k2 s2, (128, 32, 28, 28)", {128, 32, 28, 28}, window(2, 2, 0, 1)},
-      {"k2 s2 p0 d1, 35 windows a row (the CPU's 16-wide steps and their tail)", {1, 2, 6, 71}, window(2, 2, 0, 1)},
+      {"k2 s2 p0 d1, 35 windows a row (the CPU's 16- or 8-wide steps and their tail)", {1, 2, 6, 71}, window(2, 2, 0, 1)},
   };
 }
 

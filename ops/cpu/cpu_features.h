@@ -51,6 +51,9 @@ inline bool has_avx2_fma() { return false; }
 inline bool has_avx512f() { return false; }
 #endif
 
+/// AVX2 (the level kAvx2 of core/cpu_capability.h: with F16C): 256-bit integer lanes.
+inline bool has_avx2() { return cpu_capability() >= CpuCapability::kAvx2; }
+
 /// AVX-512F with byte/word (BW) and 128/256-bit (VL) forms: the 16-bit integer lanes of bf16/f16 bit work (the
 /// levels of core/cpu_capability.h from kAvx512 on).
 inline bool has_avx512bw_vl() { return cpu_capability() >= CpuCapability::kAvx512; }

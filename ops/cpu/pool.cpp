@@ -72,8 +72,69 @@ __attribute__((target("avx512f"))) void max_pool_2x2_avx512(const float* src, in
   }
 }
 #pragma GCC diagnostic pop
+
+/// take_tap with AVX2: eight windows.
+__attribute__((target("avx2"))) inline void take_tap(__m256 v, __m256i pos, __m256& best, __m256i& at) {
+  const __m256 first_nan = _mm256_and_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(best, best, _CMP_ORD_Q));
+  const __m256 wins = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), first_nan);
+  best = _mm256_blendv_ps(best, v, wins);
+  at = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(at), _mm256_castsi256_ps(pos), wins));
+}
+
+/// The even and the odd elements of p[0 .. 16).
+__attribute__((target("avx2"))) inline void deinterleave(const float* p, __m256& even, __m256& odd) {
+  const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+  // Per 128-bit half: a0 a2 b0 b2 | a4 a6 b4 b6; then the 64-bit pairs in order 0, 2, 1, 3.
+  even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
+  odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
+}
+
+/// max_pool_2x2_avx512 with AVX2: eight windows per step. A row's last windows (fewer than eight) go through a
+/// buffer holding their taps, the rest of it zeros, whose windows are computed and not stored.
+__attribute__((target("avx2"))) void max_pool_2x2_avx2(const float* src, int64_t w, int64_t ho, int64_t wo,
+                                                       float* dst, int32_t* idx) {
+  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), one = _mm256_set1_epi32(1);
+  const __m256i down = _mm256_set1_epi32(static_cast<int>(w));
+  for (int64_t oh = 0; oh < ho; ++oh) {
+    const float* r0 = src + 2 * oh * w;
+    const float* r1 = r0 + w;
+    for (int64_t ow = 0; ow < wo; ow += 8) {
+      const int64_t n = std::min<int64_t>(8, wo - ow);  // windows in this step
+      __m256 e0, o0, e1, o1;
+      if (n == 8) {
+        deinterleave(r0 + 2 * ow, e0, o0);
+        deinterleave(r1 + 2 * ow, e1, o1);
+      } else {
+        float taps[2][16] = {};
+        std::copy_n(r0 + 2 * ow, 2 * n, taps[0]);
+        std::copy_n(r1 + 2 * ow, 2 * n, taps[1]);
+        deinterleave(taps[0], e0, o0);
+        deinterleave(taps[1], e1, o1);
+      }
+      __m256 best = e0;
+      const __m256i at0 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(2 * oh * w + 2 * ow)), even);
+      const __m256i below = _mm256_add_epi32(at0, down);
+      __m256i at = at0;
+      take_tap(o0, _mm256_add_epi32(at0, one), best, at);
+      take_tap(e1, below, best, at);
+      take_tap(o1, _mm256_add_epi32(below, one), best, at);
+      if (n == 8) {
+        _mm256_storeu_ps(dst + oh * wo + ow, best);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + oh * wo + ow), at);
+      } else {
+        alignas(32) float best_out[8];
+        alignas(32) int32_t at_out[8];
+        _mm256_store_ps(best_out, best);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(at_out), at);
+        std::copy_n(best_out, n, dst + oh * wo + ow);
+        std::copy_n(at_out, n, idx + oh * wo + ow);
+      }
+    }
+  }
+}
 #else
 void max_pool_2x2_avx512(const float*, int64_t, int64_t, int64_t, float*, int32_t*) {}
+void max_pool_2x2_avx2(const float*, int64_t, int64_t, int64_t, float*, int32_t*) {}
 #endif
 
 }  // namespace
@@ -143,18 +204,19 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
         T* dst = yp + nc * p.out_plane();
         int32_t* idx = ip + nc * p.out_plane();
         if (two_by_two) {
+          const auto pool_f32 = has_avx512f() ? max_pool_2x2_avx512 : has_avx2() ? max_pool_2x2_avx2 : nullptr;
           if constexpr (std::is_same_v<T, float>) {
-            if (has_avx512f()) {
-              max_pool_2x2_avx512(src, p.w, p.ho, p.wo, dst, idx);
+            if (pool_f32) {
+              pool_f32(src, p.w, p.ho, p.wo, dst, idx);
               continue;
             }
           } else if constexpr (is_reduced_float(dtype_v<T>)) {
             // The plane widened exactly in one vector pass (element by element the conversions cost more than the
             // comparisons), pooled by the f32 kernel; each output is then the tap it chose, copied bit for bit.
-            if (has_avx512f()) {
+            if (pool_f32) {
               wide.resize(static_cast<size_t>(p.in_plane() + p.out_plane()));
               convert_run(src, wide.data(), p.in_plane());
-              max_pool_2x2_avx512(wide.data(), p.w, p.ho, p.wo, wide.data() + p.in_plane(), idx);
+              pool_f32(wide.data(), p.w, p.ho, p.wo, wide.data() + p.in_plane(), idx);
               for (int64_t o = 0; o < p.out_plane(); ++o) dst[o] = src[idx[o]];
               continue;
             }
