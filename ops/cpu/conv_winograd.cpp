@@ -226,6 +226,7 @@ struct Simd {
     for (int64_t j = 0; j < cols; ++j) _mm512_mask_storeu_ps(dst + j * ldd, store, r[j]);
   }
 
+  /// The lanes below `valid`.
   MT_SIMD static __mmask16 mask(int64_t valid) {
     return valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(valid, 0)) - 1u);
   }
