@@ -20,7 +20,7 @@ CpuCapability cpu_level() {
   __builtin_cpu_init();  // the question may come before the runtime's own initialisation has run
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
     return __builtin_cpu_supports("avx512bf16") ? CpuCapability::kAvx512Bf16 : CpuCapability::kAvx512;
-  if (detail::cpu_has_avx2_f16c()) return CpuCapability::kAvx2;
+  if (detail::cpu_has_avx2_f16c() && __builtin_cpu_supports("fma")) return CpuCapability::kAvx2;
 #endif
   return CpuCapability::kDefault;
 }

@@ -6,7 +6,7 @@
 //
 //   default       the portable loops only
 //   avx2          and the F16C conversions (f16 <-> f32 in hardware), the AVX2 conversion tables and the AVX2
-//                 loops (Winograd convolutions with FMA, 2x2 max-pool, dropout masks)
+//                 + FMA loops (Winograd convolutions, 2x2 max-pool, dropout masks)
 //   avx512        and the AVX-512 F/BW/VL loops (max-pool, Winograd convolutions, Adam, dropout masks)
 //   avx512_bf16   and the AVX512-BF16 dot products (the bf16 GEMM): all of them, as when the variable is unset
 //
@@ -15,7 +15,7 @@
 // may come from inside a parallel loop, where an exception cannot leave).
 //
 //   $ MIXTAPE_CPU_CAPABILITY=avx2 ./build/examples/mnist ...
-//   std::cout << mixtape::cpu_capability();   // "avx2" (on a CPU with AVX2 and F16C)
+//   std::cout << mixtape::cpu_capability();   // "avx2" (on a CPU with AVX2, FMA and F16C)
 #pragma once
 
 #include <cstdint>
@@ -27,8 +27,8 @@ namespace mixtape {
 /// Instruction-set levels of the CPU kernels, each including the ones before it.
 enum class CpuCapability : uint8_t { kDefault, kAvx2, kAvx512, kAvx512Bf16 };
 
-/// The level the CPU kernels run at in this process: the highest this CPU has (AVX2 with F16C; AVX-512 F, BW and
-/// VL; AVX512-BF16 as well), capped by MIXTAPE_CPU_CAPABILITY. A CPU with F16C but no AVX2 (Ivy Bridge) is at
+/// The level the CPU kernels run at in this process: the highest this CPU has (AVX2 with FMA and F16C; AVX-512 F,
+/// BW and VL; AVX512-BF16 as well), capped by MIXTAPE_CPU_CAPABILITY. A CPU with F16C but no AVX2 (Ivy Bridge) is at
 /// kDefault and still converts f16 with F16C unless the variable says "default".
 CpuCapability cpu_capability();
 

@@ -651,7 +651,7 @@ BOOST_AUTO_TEST_CASE(cpu_capability_is_the_cpus_level_capped_by_the_environment)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
     cpu = __builtin_cpu_supports("avx512bf16") ? CpuCapability::kAvx512Bf16 : CpuCapability::kAvx512;
-  else if (__builtin_cpu_supports("avx2") && cpu_has_f16c())
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
     cpu = CpuCapability::kAvx2;
 #endif
   const char* env = std::getenv("MIXTAPE_CPU_CAPABILITY");
@@ -669,6 +669,7 @@ BOOST_AUTO_TEST_CASE(cpu_capability_is_the_cpus_level_capped_by_the_environment)
   namespace k = mixtape::kernels::cpu;
   const bool avx512_bw_vl = cpu >= CpuCapability::kAvx512;
   BOOST_TEST(k::has_f16c() == (__builtin_cpu_supports("avx") && cpu_has_f16c() && cap >= CpuCapability::kAvx2));
+  BOOST_TEST(k::has_avx2() == (cpu >= CpuCapability::kAvx2 && cap >= CpuCapability::kAvx2));
   BOOST_TEST(k::has_avx512f() == (__builtin_cpu_supports("avx512f") && cap >= CpuCapability::kAvx512));
   BOOST_TEST(k::has_avx512bw_vl() == (avx512_bw_vl && cap >= CpuCapability::kAvx512));
   BOOST_TEST(k::has_avx512_bf16() == (cpu == CpuCapability::kAvx512Bf16 && cap >= CpuCapability::kAvx512Bf16));

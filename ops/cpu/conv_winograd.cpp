@@ -325,7 +325,7 @@ thread_local Floats t_filters, t_filter_grads;
 
 bool winograd_supported() {
 #if defined(MT_WINOGRAD_X86)
-  return has_avx512f() || has_avx2_fma();
+  return has_avx512f() || has_avx2();
 #else
   return false;
 #endif

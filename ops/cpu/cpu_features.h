@@ -26,17 +26,6 @@ inline bool has_f16c() {
   return has;
 }
 
-/// AVX2 with FMA: 256-bit lanes and fused multiply-adds (Haswell, every Zen). Every such CPU also has F16C, which
-/// the level kAvx2 of core/cpu_capability.h requires as well.
-inline bool has_avx2_fma() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           cpu_capability_allows(CpuCapability::kAvx2);
-  }();
-  return has;
-}
-
 /// AVX-512 Foundation: 512-bit float lanes and masks (Skylake-SP, Zen 4 and later).
 inline bool has_avx512f() {
   static const bool has = [] {
@@ -47,11 +36,11 @@ inline bool has_avx512f() {
 }
 #else
 inline bool has_f16c() { return false; }
-inline bool has_avx2_fma() { return false; }
 inline bool has_avx512f() { return false; }
 #endif
 
-/// AVX2 (the level kAvx2 of core/cpu_capability.h: with F16C): 256-bit integer lanes.
+/// AVX2 with FMA and F16C, the level kAvx2 of core/cpu_capability.h: 256-bit integer lanes and fused multiply-adds
+/// (Haswell, every Zen).
 inline bool has_avx2() { return cpu_capability() >= CpuCapability::kAvx2; }
 
 /// AVX-512F with byte/word (BW) and 128/256-bit (VL) forms: the 16-bit integer lanes of bf16/f16 bit work (the

@@ -173,6 +173,8 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
     // comparisons go without branches (a NaN is taken when the best so far is not one: the first NaN wins).
     const bool two_by_two = w.kernel[0] == 2 && w.kernel[1] == 2 && w.stride[0] == 2 && w.stride[1] == 2 &&
                             w.padding[0] == 0 && w.padding[1] == 0 && w.dilation[0] == 1 && w.dilation[1] == 1;
+    // The f32 vector kernel of this CPU for those windows (f16/bf16 planes are widened for it), or none.
+    const auto pool_f32 = has_avx512f() ? max_pool_2x2_avx512 : has_avx2() ? max_pool_2x2_avx2 : nullptr;
     auto pool_2x2 = [&](const T* src, T* dst, int32_t* idx) {
       for (int64_t oh = 0; oh < p.ho; ++oh) {
         const T* r0 = src + 2 * oh * p.w;
@@ -204,7 +206,6 @@ MaxPoolResult max_pool2d(const Tensor& x_in, const Window2d& w) {
         T* dst = yp + nc * p.out_plane();
         int32_t* idx = ip + nc * p.out_plane();
         if (two_by_two) {
-          const auto pool_f32 = has_avx512f() ? max_pool_2x2_avx512 : has_avx2() ? max_pool_2x2_avx2 : nullptr;
           if constexpr (std::is_same_v<T, float>) {
             if (pool_f32) {
               pool_f32(src, p.w, p.ho, p.wo, dst, idx);
