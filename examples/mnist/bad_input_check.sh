@@ -38,7 +38,8 @@ if [ -n "${MIXTAPE_MNIST_DIR:-}" ]; then
   head -c 100000 "$MIXTAPE_MNIST_DIR/train-images-idx3-ubyte.gz" >"$work/damaged/train-images-idx3-ubyte.gz"
   expect 1 "train-images-idx3-ubyte.gz" --data "$work/damaged" --max-steps 1
   expect 1 "--resume: no such file" --data "$MIXTAPE_MNIST_DIR" --resume "$work/nothing.safetensors"
+  expect 1 "--batch-size: 60001 is more than the 60000 training images" --data "$MIXTAPE_MNIST_DIR" --batch-size 60001
 else
-  echo "MIXTAPE_MNIST_DIR is unset: the damaged-file and --resume cases are not run"
+  echo "MIXTAPE_MNIST_DIR is unset: the damaged-file, --resume and --batch-size cases are not run"
 fi
 [ "$failures" -eq 0 ]

@@ -352,6 +352,9 @@ int run(const Options& opt) {
   const mt::data::DatasetLocation location = mt::data::find_mnist(opt.data);
   const mt::data::MNIST train_set(location, mt::data::Split::kTrain);
   const mt::data::MNIST test_set(location, mt::data::Split::kTest);
+  if (opt.batch_size > static_cast<int64_t>(train_set.size()))  // every batch is whole: no step would be taken
+    throw UsageError("--batch-size: " + std::to_string(opt.batch_size) + " is more than the " +
+                     std::to_string(train_set.size()) + " training images of " + location.name);
   std::optional<ResidentSplit> train_resident, test_resident;  // a GPU's copies of the splits
   if (opt.resident == "on" || (opt.resident == "auto" && device.is_cuda())) {
     train_resident.emplace(train_set, device);
