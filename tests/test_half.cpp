@@ -1,7 +1,8 @@
 // tests/test_half.cpp — core/half.h against independent references.
 //
 // f16 is checked against the compiler's _Float16 (libgcc's soft-fp, itself
-// checked here against hand-computed bits and, where the CPU has it, F16C)
+// checked here against hand-computed bits and, where the CPU has it, F16C;
+// on AArch64 the ACLE's __fp16, which the FCVT instructions convert)
 // on every 16-bit pattern, on every rounding boundary (each tie and its
 // neighbours) and on millions of random inputs. bf16 has no compiler type,
 // so it is checked against `reference_bf16`, which picks the nearer of the
@@ -40,6 +41,17 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #define MT_TEST_HAVE_F16C_PROBE 1
+#endif
+
+// The reference binary16 type. GCC's C++ has _Float16 on x86 from GCC 12 and elsewhere from GCC 13 (it defines
+// __FLT16_MANT_DIG__ for C's sake before that); on AArch64, __fp16 in IEEE format is the same type under the ACLE's
+// name, and its double -> half conversion is one FCVT, with no rounding through float.
+#if defined(__aarch64__) && defined(__ARM_FP16_FORMAT_IEEE)
+using Float16Ref = __fp16;
+#define MT_TEST_HAVE_FLOAT16 1
+#elif defined(__FLT16_MANT_DIG__) && (defined(__x86_64__) || defined(__i386__) || defined(__clang__) || __GNUC__ >= 13)
+using Float16Ref = _Float16;
+#define MT_TEST_HAVE_FLOAT16 1
 #endif
 
 namespace {
@@ -215,7 +227,7 @@ const double kDoubleEdges[] = {
 float half_value(uint16_t h) { return mixtape::half_bits_to_float(h); }
 float bf16_value(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
-#if defined(__FLT16_MANT_DIG__)
+#if defined(MT_TEST_HAVE_FLOAT16)
 uint16_t quiet_f16_of(uint32_t f) {
   return static_cast<uint16_t>(((f >> 16) & 0x8000) | 0x7e00 | ((f >> 13) & 0x3ff));
 }
@@ -224,12 +236,12 @@ uint16_t quiet_f16_of(uint64_t d) {
 }
 bool is_f16_nan(uint16_t h) { return (h & 0x7fff) > 0x7c00; }
 
-uint16_t float16_ref(float f) { return std::bit_cast<uint16_t>(static_cast<_Float16>(f)); }
-uint16_t float16_ref(double d) { return std::bit_cast<uint16_t>(static_cast<_Float16>(d)); }
-float float16_widen_ref(uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
+uint16_t float16_ref(float f) { return std::bit_cast<uint16_t>(static_cast<Float16Ref>(f)); }
+uint16_t float16_ref(double d) { return std::bit_cast<uint16_t>(static_cast<Float16Ref>(d)); }
+float float16_widen_ref(uint16_t h) { return static_cast<float>(std::bit_cast<Float16Ref>(h)); }
 
 // NaNs follow the documented rule (libgcc happens to agree bit for bit);
-// everything else must match _Float16.
+// everything else must match the reference type.
 uint16_t expected_f16(float f) {
   return std::isnan(f) ? quiet_f16_of(std::bit_cast<uint32_t>(f)) : float16_ref(f);
 }
@@ -242,7 +254,7 @@ __attribute__((target("f16c"))) uint16_t f16c_from_float(float f) {
   return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
 }
 #endif
-#endif  // __FLT16_MANT_DIG__
+#endif  // MT_TEST_HAVE_FLOAT16
 
 }  // namespace
 
@@ -330,7 +342,7 @@ BOOST_AUTO_TEST_CASE(arithmetic_is_float_arithmetic) {
   BOOST_TEST((Half(1.0f) < BFloat16(1.5f)));
 }
 
-#if defined(__FLT16_MANT_DIG__)
+#if defined(MT_TEST_HAVE_FLOAT16)
 
 // The reference itself: hand-computed bits, and F16C where the CPU has it.
 BOOST_AUTO_TEST_CASE(float16_reference_sanity) {
@@ -439,10 +451,10 @@ BOOST_AUTO_TEST_CASE(double_to_half) {
 #else
 
 BOOST_AUTO_TEST_CASE(float16_reference_missing, *boost::unit_test::disabled()) {
-  // No _Float16 in this compiler: the f16 reference tests are skipped.
+  // No binary16 type in this compiler: the f16 reference tests are skipped.
 }
 
-#endif  // __FLT16_MANT_DIG__
+#endif  // MT_TEST_HAVE_FLOAT16
 
 BOOST_AUTO_TEST_CASE(bf16_reference_sanity) {
   BOOST_TEST(reference_bf16(1.0) == 0x3f80);

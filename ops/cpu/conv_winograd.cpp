@@ -344,7 +344,7 @@ void winograd_conv2d(const WinogradShape& s, const T* x, const T* weight, const 
     for (int64_t c = 0; c < s.c_out; ++c) bias_p[c] = static_cast<float>(bias[c]);
   forward_batch(p, x, U, bias_p, y);
 #else
-  (void)x, (void)weight, (void)bias, (void)y;
+  (void)s, (void)x, (void)weight, (void)bias, (void)y;
 #endif
 }
 
@@ -361,7 +361,7 @@ void winograd_conv2d_backward_input(const WinogradShape& s, const T* dy, const T
   std::fill(zeros, zeros + p.n_p, 0.0f);
   forward_batch(p, dy, U, zeros, dx);
 #else
-  (void)dy, (void)weight, (void)dx;
+  (void)s, (void)dy, (void)weight, (void)dx;
 #endif
 }
 
@@ -396,7 +396,7 @@ void winograd_conv2d_backward_weight(const WinogradShape& s, const T* dy, const 
   if (dbias)
     for (int64_t c = 0; c < s.c_out; ++c) dbias[c] = round_to<T>(db[static_cast<size_t>(c)]);
 #else
-  (void)dy, (void)x, (void)dweight, (void)dbias;
+  (void)s, (void)dy, (void)x, (void)dweight, (void)dbias;
 #endif
 }
 

@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <cmath>
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <mixtape/core/random.h>
 #include <mixtape/ops/cpu/cpu_features.h>
@@ -33,6 +35,7 @@ void keep_scalar(uint64_t seed, uint64_t first, int64_t count, uint32_t threshol
   }
 }
 
+#if defined(__x86_64__)
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_epi32() as the unused merge source, which -Wmaybe-uninitialized
 // reports once inlined (GCC bug 105593, fixed in GCC 13).
 #pragma GCC diagnostic push
@@ -117,6 +120,7 @@ __attribute__((target("avx2"))) void keep_avx2(uint64_t seed, uint64_t first, in
   }
   keep_scalar(seed, first + static_cast<uint64_t>(i), count - i, threshold, m + i);
 }
+#endif  // __x86_64__
 
 }  // namespace
 
@@ -128,7 +132,11 @@ Tensor dropout_mask(const Shape& shape, double p, Generator& generator, Device d
   const GeneratorState at = generator.reserve(static_cast<uint64_t>(n));
   const uint64_t seed = at.seed, offset = at.offset;
   const uint32_t threshold = keep_threshold(p);
+#if defined(__x86_64__)
   const auto keep = has_avx512bw_vl() ? keep_avx512 : has_avx2() ? keep_avx2 : keep_scalar;
+#else
+  const auto keep = keep_scalar;
+#endif
   constexpr int64_t kGrain = 1 << 14;
   const int64_t ranges = (n + kGrain - 1) / kGrain;
   // Element i depends on (seed, offset + i) only, never on the thread count, the range or the device.
