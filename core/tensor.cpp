@@ -236,9 +236,8 @@ Tensor squeeze(const Tensor& x) {
 }
 
 Tensor squeeze(const Tensor& x, int64_t dim_in) {
-  if (x.dim() == 0) return x;
   int64_t d = wrap_dim(dim_in, x.dim(), "squeeze", x.shape());
-  if (x.shape()[d] != 1) return x;
+  if (x.dim() == 0 || x.shape()[d] != 1) return x;
   Shape sh = x.shape(), st = x.strides();
   sh.erase(d);
   st.erase(d);

@@ -269,7 +269,7 @@ struct Relu {
   static constexpr const char* kName = "relu";
   static constexpr Precision kPrecision = Precision::kPassthrough;
   using Ctx = autograd::Ctx;
-  // Keeps its output, as PyTorch's relu does: y > 0 exactly where x > 0 (NaN and −0 included, y being x or 0), and
+  // Keeps its output, as PyTorch's relu does: y <= 0 exactly where x <= 0 (NaN and −0 included, y being x or 0), and
   // the next op usually keeps y anyway (a conv or linear its input), where keeping x held one activation more (the
   // MNIST CNN's first conv output: 10.6 of the 54 MiB its f32 forward kept at batch 128).
   static Tensor forward(Ctx& ctx, const Tensor& x) {

@@ -65,7 +65,8 @@ Tensor sum(const Tensor& x);
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
-/// Largest element (0-D), and along a dim (values; the gradient goes to the first maximal element).
+/// Largest element (0-D; the gradient is shared equally by all maximal elements, every NaN when the result is NaN),
+/// and along a dim (values; the gradient goes to the first maximal element), as torch.max's both.
 Tensor max(const Tensor& x);
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
 /// Index of the largest element along `dim` (kI64; not differentiable).

@@ -3,8 +3,9 @@
 // The forwards are kernels::reduce, which accumulates f16/bf16 in f32 and
 // rounds each result once. The backwards put the gradient back into the
 // input's shape without copying: sum and mean re-insert the reduced dims as
-// size 1 and expand (a stride-0 view); max sends it to the first maximal
-// element through scatter_add at the argmax.
+// size 1 and expand (a stride-0 view); max along a dim sends it to the first
+// maximal element through scatter_add at the argmax, max of every element
+// shares it equally among the maximal ones (as PyTorch's both do).
 #include <mixtape/autograd/function.h>
 #include <mixtape/ops/check.h>
 #include <mixtape/ops/common.h>
@@ -95,9 +96,9 @@ struct Max {
     const Reduced r = reduced_dims(kName, x, dim ? std::span<const int64_t>(one_dim) : std::span<const int64_t>());
     ops::check::nonempty_reduction(kName, x, r.dims);
     if (!dim) {
-      // argmax of every element is an index into the flattened tensor.
-      if (ctx.recording) ctx.save_for_backward(kernels::reduce(ReduceOp::kArgmax, x, r.dims, false, DType::kI64));
-      return kernels::reduce(ReduceOp::kMax, x, r.dims, false, x.dtype());
+      Tensor y = kernels::reduce(ReduceOp::kMax, x, r.dims, false, x.dtype());
+      if (ctx.recording) ctx.save_for_backward(x, y);
+      return y;
     }
     ctx.dim = x.dim() == 0 ? -1 : r.dims[0];
     if (ctx.recording)
@@ -106,14 +107,24 @@ struct Max {
   }
   static Grads backward(Ctx& ctx, const Tensor& dy) {
     if (ctx.input_shape.empty()) return {dy};  // max of a 0-d tensor is the tensor
-    const Tensor& index = ctx.saved(0);
-    if (ctx.dim < 0) {
-      const Shape flat{ctx.input_shape.numel()};
-      Tensor dx = kernels::scatter_add(flat, 0, raw::reshape(index, {1}), raw::reshape(dy, {1}));
-      return {raw::reshape(dx, ctx.input_shape)};
-    }
+    if (ctx.dim < 0) return {shared_among_maxima(dy, ctx.saved(0), ctx.saved(1))};
     // index was kept with the reduced dim as size 1; dy may not have been.
+    const Tensor index = ctx.saved(0);
     return {kernels::scatter_add(ctx.input_shape, ctx.dim, index, raw::reshape(dy, index.shape()))};
+  }
+  /// The gradient of y = max(x) over every element, as PyTorch's (evenly_distribute_backward): dy / k at each of the
+  /// k elements equal to y (each NaN when y is NaN), 0 elsewhere, so that tied maxima, a ReLU's zeros or f16's
+  /// repeated values, get equal parts. dy / k is formed in acc_dtype and rounded once; k never leaves the device.
+  static Tensor shared_among_maxima(const Tensor& dy, const Tensor& x, const Tensor& y) {
+    using kernels::BinaryOp;
+    const Tensor is_max = kernels::where(kernels::binary(BinaryOp::kNe, y, y), kernels::binary(BinaryOp::kNe, x, x),
+                                         kernels::binary(BinaryOp::kEq, x, y));
+    std::vector<int64_t> every(x.dim());
+    for (int64_t d = 0; d < x.dim(); ++d) every[d] = d;
+    const DType acc = acc_dtype(dy.dtype());
+    const Tensor k = kernels::reduce(ReduceOp::kSum, is_max, every, false, acc);
+    const Tensor part = raw::to(kernels::binary(BinaryOp::kDiv, raw::to(dy, acc), k), dy.dtype());
+    return kernels::where(is_max, part, zeros({}, TensorOptions(dy.dtype()).device(dy.device())));
   }
 };
 MT_REGISTER_OP(Max);

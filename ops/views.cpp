@@ -127,9 +127,9 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
 }
 
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
-  if (x.dim() == 0) return reshape(x, {1});
   int64_t s = wrap_dim(start_dim, x.dim(), "flatten", x.shape());
   int64_t e = wrap_dim(end_dim, x.dim(), "flatten", x.shape());
+  if (x.dim() == 0) return reshape(x, {1});
   MT_CHECK(s <= e, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim, " (shape ", x.shape(), ")");
   Shape out;
   for (int64_t i = 0; i < s; ++i) out.push_back(x.shape()[i]);
@@ -203,9 +203,8 @@ Tensor Tensor::squeeze() const {
 
 Tensor Tensor::squeeze(int64_t dim_in) const {
   checked();
-  if (dim() == 0) return *this;
   int64_t d = wrap_dim(dim_in, dim(), "squeeze", shape());
-  if (shape()[d] != 1) return *this;
+  if (dim() == 0 || shape()[d] != 1) return *this;
   Shape out = shape();
   out.erase(d);
   return view(out);

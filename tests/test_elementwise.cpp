@@ -272,6 +272,13 @@ BOOST_AUTO_TEST_CASE(unary_edge_values, MT_CPU_TEST) {
   // sigmoid is finite and exact at the extremes (no exp overflow), NaN stays NaN.
   expect_values(kn::unary(kn::UnaryOp::kSigmoid, x), {0, 0, 0.5, 0.5, 1, 1, nan}, kExact, "sigmoid edges");
   expect_values(kn::unary(kn::UnaryOp::kRelu, x), {0, 0, 0, 0, 1000, inf, nan}, kExact, "relu edges");
+  // relu's gradient is 0 where x <= 0 and dy elsewhere, a NaN x included (PyTorch's threshold_backward), in every
+  // floating dtype (f16/bf16 choose bits; f32/f64 compare).
+  for (DType dtype : {DType::kF64, DType::kF32, DType::kF16, DType::kBF16}) {
+    const Tensor dy = mt::full(x.shape(), 2.0, dtype);
+    expect_values(kn::binary(kn::BinaryOp::kReluBackward, dy, x.to(dtype)), {0, 0, 0, 0, 2, 2, 2}, kExact,
+                  describe("relu backward edges ", dtype));
+  }
   expect_values(kn::unary(kn::UnaryOp::kSign, x), {-1, -1, 0, 0, 1, 1, nan}, kExact, "sign edges");
   expect_values(kn::unary(kn::UnaryOp::kTanh, x), {-1, -1, 0, 0, 1, 1, nan}, kExact, "tanh edges");
   expect_values(kn::unary(kn::UnaryOp::kGelu, x), {nan, -0.0, 0, 0, 1000, inf, nan}, mt::test::tolerance(DType::kF64), "gelu edges");

@@ -62,6 +62,13 @@ BOOST_AUTO_TEST_CASE(dim_out_of_range) {
   expect_error([] { mt::zeros({2, 3}).size(-3); }, {"size", "dim -3", "shape [2, 3]"});
   expect_error([] { mt::zeros({2}).unsqueeze(3); }, {"unsqueeze", "dim 3"});
   expect_error([] { mt::zeros({2, 3}).flatten(1, 0); }, {"flatten", "start_dim 1", "end_dim 0"});
+  // A 0-d tensor has dims -1 and 0 (PyTorch's rule), for the ops that return it as it is too.
+  expect_error([] { mt::zeros({}).squeeze(1); }, {"squeeze", "dim 1", "[-1, 0]"});
+  expect_error([] { mt::raw::squeeze(mt::zeros({}), -2); }, {"squeeze", "dim -2", "[-1, 0]"});
+  expect_error([] { mt::zeros({}).flatten(1); }, {"flatten", "dim 1", "[-1, 0]"});
+  expect_error([] { mt::zeros({}).flatten(0, 2); }, {"flatten", "dim 2", "[-1, 0]"});
+  BOOST_TEST(mt::zeros({}).squeeze(-1).dim() == 0);
+  BOOST_TEST((mt::zeros({}).flatten(0, -1).shape() == mt::Shape{1}));
 }
 
 BOOST_AUTO_TEST_CASE(index_out_of_range) {

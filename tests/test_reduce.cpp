@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 #include <numeric>
 #include <optional>
 
@@ -191,10 +192,7 @@ BOOST_AUTO_TEST_CASE(argmax_ties_pick_the_first_index, MT_CPU_TEST) {
   BOOST_TEST(mt::argmax(x, 0, true).shape() == mt::Shape({1, 3}));
   BOOST_TEST(mt::argmax(mt::from_vector<double>({5, 1, 5}, {3}, mt::kF32)).item<int64_t>() == 0);
   BOOST_TEST(mt::argmax(x).item<int64_t>() == 1);
-  // The gradient of max goes to the first maximal element only.
-  Tensor t = mt::from_vector<double>({1, 3, 3}, {3}, mt::kF64).requires_grad_();
-  mt::max(t).backward();
-  BOOST_TEST(t.grad().to_vector<double>() == std::vector<double>({0, 1, 0}), tt::per_element());
+  // The gradient of max along a dim goes to the first maximal element only.
   Tensor u = mt::from_vector<double>({1, 3, 3, 2, 2, 1}, {2, 3}, mt::kF64).requires_grad_();
   mt::sum(mt::max(u, 1)).backward();
   BOOST_TEST(u.grad().to_vector<double>() == std::vector<double>({0, 1, 0, 1, 0, 0}), tt::per_element());
@@ -207,6 +205,42 @@ BOOST_AUTO_TEST_CASE(argmax_ties_pick_the_first_index, MT_CPU_TEST) {
     BOOST_TEST((info.precision == mt::Precision::kPassthrough));
   }
   BOOST_TEST(found);
+}
+
+// PyTorch's max() of every element shares dy equally among the elements equal to the result (its
+// evenly_distribute_backward), and among the NaNs when the result is NaN; LibTorch 1.13 gives these numbers.
+BOOST_AUTO_TEST_CASE(max_of_every_element_shares_the_gradient_among_ties, MT_CPU_TEST) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  auto grad_of_max = [](const std::vector<double>& v, mt::Shape shape, DType dtype, double dy) {
+    Tensor t = mt::from_vector<double>(v, shape, dtype).requires_grad_();
+    mt::max(t).backward(mt::full({}, dy, dtype));
+    BOOST_TEST((t.grad().dtype() == dtype));
+    BOOST_TEST((t.grad().shape() == shape));
+    return t.grad().to_vector<double>();
+  };
+  using V = std::vector<double>;
+  BOOST_TEST(grad_of_max({1, 3, 3}, {3}, mt::kF64, 1) == V({0, 0.5, 0.5}), tt::per_element());
+  BOOST_TEST(grad_of_max({3, 1, 3, 3, 2, 3}, {2, 3}, mt::kF32, 1) == V({0.25, 0, 0.25, 0.25, 0, 0.25}),
+             tt::per_element());
+  BOOST_TEST(grad_of_max({1, 7, 3}, {3}, mt::kF32, 2) == V({0, 2, 0}), tt::per_element());
+  BOOST_TEST(grad_of_max({inf, 1, inf}, {3}, mt::kF32, 1) == V({0.5, 0, 0.5}), tt::per_element());
+  // A NaN result: the NaNs share dy, whatever else is largest.
+  BOOST_TEST(grad_of_max({nan, inf, 2, nan}, {4}, mt::kF32, 1) == V({0.5, 0, 0, 0.5}), tt::per_element());
+  // A ReLU's zeros: all tied.
+  BOOST_TEST(grad_of_max({0, 0, 0, 0}, {2, 2}, mt::kF32, 1) == V({0.25, 0.25, 0.25, 0.25}), tt::per_element());
+  // f16 and bf16: dy / k formed in f32 and rounded once (1/3 in f16 is 0x3555, 0.333251953125).
+  BOOST_TEST(grad_of_max({2, 2, 2, 1}, {4}, mt::kF16, 1) == V({0.333251953125, 0.333251953125, 0.333251953125, 0}),
+             tt::per_element());
+  BOOST_TEST(grad_of_max({5, 5}, {1, 2}, mt::kBF16, 3) == V({1.5, 1.5}), tt::per_element());
+  for (DType dt : kFloatTypes)  // three ties of five in every floating dtype: 2/3 each, rounded once
+    BOOST_TEST_CONTEXT(dt) {
+      const double third = mt::from_vector<double>({2.0 / 3}, {1}, dt).item<double>();
+      BOOST_TEST(grad_of_max({1, 3, 3, -2, 3}, {5}, dt, 2) == V({0, third, third, 0, third}), tt::per_element());
+    }
+  // A transposed input: the parts land on the maxima of the view.
+  Tensor t = mt::from_vector<double>({4, 1, 4, 0}, {2, 2}, mt::kF32).requires_grad_();
+  mt::max(t.t()).backward();
+  BOOST_TEST(t.grad().to_vector<double>() == V({0.5, 0, 0.5, 0}), tt::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(precision_categories, MT_CPU_TEST) {
@@ -502,16 +536,6 @@ BOOST_AUTO_TEST_CASE(max_and_argmax_ties_along_a_middle_dim, MT_CPU_TEST) {
       BOOST_TEST(mt::argmax(v, 2).to_vector<int64_t>() == (std::vector<int64_t>{1, 0, 0, 0, 0, 0}), tt::per_element());
       BOOST_TEST(mt::argmax(v).item<int64_t>() == 1);
     }
-  }
-}
-
-BOOST_AUTO_TEST_CASE(max_of_every_element_with_ties_sends_the_gradient_to_the_first, MT_CPU_TEST) {
-  // mixtape's rule (ops/reduce.cpp): the whole gradient to the first maximal element, as max along a dim does.
-  // PyTorch 1.13 differs here: torch.max(t) without a dim splits the gradient evenly over the ties (0, 0.5, 0.5).
-  for (DType dt : kFloatTypes) {
-    Tensor t = mt::from_vector(std::vector<double>{1, 3, 3, -2, 3}, {5}, mt::TensorOptions(dt)).requires_grad_();
-    (mt::max(t) * 2.0).backward();
-    BOOST_TEST(t.grad().to_vector<double>() == (std::vector<double>{0, 2, 0, 0, 0}), tt::per_element());
   }
 }
 

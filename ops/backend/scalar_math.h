@@ -140,11 +140,11 @@ template <class T>
 MT_HD inline T relu(T x) {
   return x < T(0) ? T(0) : x;
 }
-/// dy where x > 0, else 0 (the subgradient at 0 is 0, as in PyTorch). x may be relu's input or its output (the op
-/// keeps the output): both are > 0 at the same elements.
+/// 0 where x <= 0, else dy (the subgradient at 0 is 0; a NaN x passes dy: PyTorch's threshold_backward). x may be
+/// relu's input or its output (the op keeps the output): both are <= 0 at the same elements.
 template <class T>
 MT_HD inline T relu_backward(T dy, T x) {
-  return x > T(0) ? dy : T(0);
+  return x <= T(0) ? T(0) : dy;
 }
 
 /// Exact GELU: x Φ(x) = 0.5 x (1 + erf(x / sqrt 2)).

@@ -138,8 +138,10 @@ struct ReluBits {
   static uint16_t kept(uint16_t b) { return (b & 0x7fff) > kInf ? b | kQuiet : b; }
   /// relu: x < 0 (sign set, not -0, not NaN) gives +0, anything else itself.
   static uint16_t relu(uint16_t x) { return x > 0x8000 && (x & 0x7fff) <= kInf ? uint16_t{0} : kept(x); }
-  /// relu_backward: dy where x > 0 (sign clear, not +0, not NaN), else +0.
-  static uint16_t backward(uint16_t dy, uint16_t x) { return x != 0 && x <= kInf ? kept(dy) : uint16_t{0}; }
+  /// relu_backward: +0 where x <= 0 (+0, or sign set and not NaN), else dy (a NaN x included).
+  static uint16_t backward(uint16_t dy, uint16_t x) {
+    return x == 0 || (x > 0x7fff && (x & 0x7fff) <= kInf) ? uint16_t{0} : kept(dy);
+  }
 };
 
 // One instantiation per (op, dtype); the op is a template argument, so each
