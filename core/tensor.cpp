@@ -153,9 +153,9 @@ Tensor reshape(const Tensor& x, const Shape& shape_in) {
 }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
-  if (x.dim() == 0) return x;
   int64_t a = wrap_dim(dim0, x.dim(), "transpose", x.shape());
   int64_t b = wrap_dim(dim1, x.dim(), "transpose", x.shape());
+  if (x.dim() == 0) return x;
   Shape sh = x.shape(), st = x.strides();
   std::swap(sh[a], sh[b]);
   std::swap(st[a], st[b]);

@@ -115,10 +115,12 @@ Tensor view(const Tensor& x, const Shape& shape) { return autograd::apply<Reshap
 Tensor permute(const Tensor& x, const Shape& dims) { return autograd::apply<Permute>(x, dims); }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  const int64_t a = wrap_dim(dim0, x.dim(), "transpose", x.shape());
+  const int64_t b = wrap_dim(dim1, x.dim(), "transpose", x.shape());
   if (x.dim() == 0) return x;
   Shape dims;
   for (int64_t i = 0; i < x.dim(); ++i) dims.push_back(i);
-  std::swap(dims[wrap_dim(dim0, x.dim(), "transpose", x.shape())], dims[wrap_dim(dim1, x.dim(), "transpose", x.shape())]);
+  std::swap(dims[a], dims[b]);
   return permute(x, dims);
 }
 

@@ -67,6 +67,9 @@ BOOST_AUTO_TEST_CASE(dim_out_of_range) {
   expect_error([] { mt::raw::squeeze(mt::zeros({}), -2); }, {"squeeze", "dim -2", "[-1, 0]"});
   expect_error([] { mt::zeros({}).flatten(1); }, {"flatten", "dim 1", "[-1, 0]"});
   expect_error([] { mt::zeros({}).flatten(0, 2); }, {"flatten", "dim 2", "[-1, 0]"});
+  expect_error([] { mt::zeros({}).transpose(0, 1); }, {"transpose", "dim 1", "[-1, 0]"});
+  expect_error([] { mt::raw::transpose(mt::zeros({}), -2, 0); }, {"transpose", "dim -2", "[-1, 0]"});
+  BOOST_TEST(mt::zeros({}).transpose(-1, 0).dim() == 0);
   BOOST_TEST(mt::zeros({}).squeeze(-1).dim() == 0);
   BOOST_TEST((mt::zeros({}).flatten(0, -1).shape() == mt::Shape{1}));
 }
