@@ -328,10 +328,10 @@ std::optional<std::string> check(const Call& call) {
 
 // ---- the generators ------------------------------------------------------------------------------------------------
 
-/// Sizes of rank [min_rank, max_rank], each dim 0 (with `zeros`), 1 or up to 5.
+/// Sizes of rank [min_rank, max_rank], each dim 0 (with `zeros`), 1 to 5 or 17 (a 16-lane vector loop and its tail).
 Sizes sizes(Draw& d, int min_rank = 0, int max_rank = 4, bool zeros = true) {
   Sizes s(d.integer(min_rank, max_rank));
-  for (int64_t& n : s) n = zeros && d.chance(0.08) ? 0 : d.pick<int64_t>({1, 1, 2, 3, 4, 5});
+  for (int64_t& n : s) n = zeros && d.chance(0.08) ? 0 : d.pick<int64_t>({1, 1, 2, 3, 4, 5, 17});
   return s;
 }
 
