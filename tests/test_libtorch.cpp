@@ -4,9 +4,11 @@
 // broadcasting partners, transposed, strided and expanded inputs, negative and out-of-range dims, options) and the
 // call runs on both libraries from the same f32 values. Then the same questions: does either refuse it (mixtape
 // only with a mixtape::Error), are shape, dtype and values the same, and the gradient of every input for the same
-// dy. The golden files (tests/golden/) pin PyTorch's numbers for chosen cases; this suite asks PyTorch about
-// thousands of calls nobody chose, which is how max()'s shared gradient among ties, relu's gradient at NaN and
-// squeeze(1) of a 0-d tensor were found. "ties" draws every value from five numbers, so that maxima repeat.
+// dy. A last generator writes random programs of several ops whose values are reused, so that the tape adds
+// gradients from several paths through broadcasts. The golden files (tests/golden/) pin PyTorch's numbers for
+// chosen cases; this suite asks PyTorch about thousands of calls nobody chose, which is how max()'s shared gradient
+// among ties, relu's gradient at NaN and squeeze(1) of a 0-d tensor were found. "ties" draws every value from five
+// numbers, so that maxima repeat.
 //
 // Where mixtape differs from PyTorch 1.13 on purpose, the generator says so: `refused` lists the words of the
 // errors mixtape raises for calls PyTorch accepts (mse_loss and linear do not broadcast, index_select needs a dim,
@@ -98,14 +100,9 @@ Input floats(Draw& d, const Sizes& sizes, double lo = -2, double hi = 2) {
       in.dim0 = d.integer(0, rank - 1), in.dim1 = d.integer(0, rank - 1);
       if (in.dim0 != in.dim1) in.view = Input::View::kTranspose, std::swap(in.base[in.dim0], in.base[in.dim1]);
       break;
-    case 2:
-      in.dim0 = d.integer(0, rank - 1), in.view = Input::View::kEveryOther, in.base[in.dim0] *= 2;
-      break;
-    case 3:
-      in.view = Input::View::kExpand, in.base[d.integer(0, rank - 1)] = 1;
-      break;
-    default:
-      break;
+    case 2: in.dim0 = d.integer(0, rank - 1), in.view = Input::View::kEveryOther, in.base[in.dim0] *= 2; break;
+    case 3: in.view = Input::View::kExpand, in.base[d.integer(0, rank - 1)] = 1; break;
+    default: break;
   }
   for (int64_t i = 0; i < numel(in.base); ++i)
     in.values.push_back(d.values == Values::kTies ? d.pick({lo, hi, (lo + hi) / 2, hi, hi / 2})
@@ -125,17 +122,14 @@ Input indices(Draw& d, const Sizes& sizes, int64_t lo, int64_t hi) {
 template <class T>
 T viewed(T t, const Input& in) {
   switch (in.view) {
-    case Input::View::kTranspose:
-      return t.transpose(in.dim0, in.dim1);
-    case Input::View::kEveryOther:
-      return t.slice(in.dim0, 0, in.base[in.dim0], 2);
+    case Input::View::kTranspose: return t.transpose(in.dim0, in.dim1);
+    case Input::View::kEveryOther: return t.slice(in.dim0, 0, in.base[in.dim0], 2);
     case Input::View::kExpand:
       if constexpr (std::is_same_v<T, mt::Tensor>)
         return t.expand(mt::Shape(in.sizes));
       else
         return t.expand(in.sizes);
-    case Input::View::kNone:
-      break;
+    case Input::View::kNone: break;
   }
   return t;
 }
@@ -223,16 +217,11 @@ std::vector<double> doubles(const torch::Tensor& t) {
 
 std::string dtype_name(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat:
-      return "f32";
-    case torch::kDouble:
-      return "f64";
-    case torch::kLong:
-      return "i64";
-    case torch::kBool:
-      return "bool";
-    default:
-      return c10::toString(t);
+    case torch::kFloat: return "f32";
+    case torch::kDouble: return "f64";
+    case torch::kLong: return "i64";
+    case torch::kBool: return "bool";
+    default: return c10::toString(t);
   }
 }
 
@@ -362,6 +351,63 @@ struct Generator {
 
 #define MIXTAPE_CALL(expr) [=](const std::vector<mt::Tensor>& a) -> mt::Tensor { return expr; }
 #define LIBTORCH_CALL(expr) [=](const std::vector<torch::Tensor>& a) -> torch::Tensor { return expr; }
+
+/// One step of a random program: an op over earlier values (the inputs first, then each step's result).
+struct Step {
+  enum Op { kAdd, kMul, kSub, kDivide, kTanh, kRelu, kSigmoid, kSum, kMean, kMax, kSoftmax, kLogSoftmax, kCount } op;
+  size_t a, b;       // the values it reads
+  int64_t from_end;  // the reductions' and softmaxes' dim: -1 - from_end (mod a's rank); reduced dims stay as
+                     // size 1, so that every value broadcasts with every other
+};
+
+std::string describe(const std::vector<Step>& program, size_t inputs) {
+  static const char* const kNames[] = {"add",     "mul", "sub",  "divide", "tanh",    "relu",
+                                       "sigmoid", "sum", "mean", "max",    "softmax", "log_softmax"};
+  std::ostringstream os;
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Step& s = program[i];
+    os << (i ? "; " : "") << "v" << inputs + i << " = " << kNames[s.op] << "(v" << s.a;
+    if (s.op <= Step::kDivide) os << ", v" << s.b;
+    if (s.op >= Step::kSum) os << ", dim -1-" << s.from_end;
+    os << ")";
+  }
+  return os.str();
+}
+
+/// max along a dim: mixtape returns the values, LibTorch (values, indices).
+mt::Tensor values_of(const mt::Tensor& max) {
+  return max;
+}
+torch::Tensor values_of(const std::tuple<torch::Tensor, torch::Tensor>& max) {
+  return std::get<0>(max);
+}
+
+/// Runs `program` over `inputs` with either library's ops: their names and arguments are the same, and the
+/// unqualified calls find mixtape's or ATen's by the argument's namespace.
+template <class T>
+T run_program(const std::vector<Step>& program, const std::vector<T>& inputs) {
+  std::vector<T> v = inputs;
+  for (const Step& s : program) {
+    const T a = v[s.a], b = v[s.b];
+    const int64_t dim = a.dim() == 0 ? -1 : -1 - s.from_end % a.dim();
+    switch (s.op) {
+      case Step::kAdd: v.push_back(a + b); break;
+      case Step::kMul: v.push_back(a * b); break;
+      case Step::kSub: v.push_back(a - b); break;
+      case Step::kDivide: v.push_back(a / (sigmoid(b) + 1.5)); break;  // by a value in [1.5, 2.5]: away from 0
+      case Step::kTanh: v.push_back(tanh(a)); break;
+      case Step::kRelu: v.push_back(relu(a)); break;
+      case Step::kSigmoid: v.push_back(sigmoid(a)); break;
+      case Step::kSum: v.push_back(sum(a, {dim}, true)); break;
+      case Step::kMean: v.push_back(mean(a, {dim}, true)); break;
+      case Step::kMax: v.push_back(values_of(max(a, dim, true))); break;
+      case Step::kSoftmax: v.push_back(softmax(a, dim)); break;
+      case Step::kLogSoftmax: v.push_back(log_softmax(a, dim)); break;
+      case Step::kCount: break;
+    }
+  }
+  return v.back();
+}
 
 std::vector<Generator> generators() {
   std::vector<Generator> g;
@@ -556,12 +602,8 @@ std::vector<Generator> generators() {
                  const Sizes x = sizes(d, 1);
                  Sizes w;
                  switch (d.integer(0, 3)) {
-                   case 0:
-                     w = {x.back()};
-                     break;
-                   case 1:
-                     w = {x.back(), d.pick<int64_t>({0, 1, 3, 5})};
-                     break;
+                   case 0: w = {x.back()}; break;
+                   case 1: w = {x.back(), d.pick<int64_t>({0, 1, 3, 5})}; break;
                    default:
                      w = partner(d, Sizes(x.begin(), x.end() - (x.size() >= 2 ? 2 : 1)));
                      w.push_back(x.back());
@@ -763,6 +805,28 @@ std::vector<Generator> generators() {
                  }
                  // PyTorch skips 1-D empty tensors (a legacy rule); mixtape takes them as the tensors they are.
                  c.refused = {"same number of dims", "for a tensor of 1 dims (shape [0])"};
+                 return c;
+               }});
+
+  // Programs: 2-3 inputs that broadcast together, 3-8 steps over them and earlier results, so that values are
+  // reused and the tape sums gradients from several paths, through broadcasts and views.
+  g.push_back({"program", [](Draw& d) {
+                 const Sizes s = sizes(d, 1, 3, false);
+                 std::vector<Input> inputs;
+                 for (int64_t n = d.integer(2, 3); n > 0; --n) inputs.push_back(floats(d, partner(d, s)));
+                 inputs[0] = floats(d, s);  // one input of the full sizes, so that every dim exists
+                 std::vector<Step> program;
+                 for (int64_t n = d.integer(3, 8); n > 0; --n) {
+                   const size_t values = inputs.size() + program.size();
+                   const auto op = static_cast<Step::Op>(d.integer(0, Step::kCount - 1));
+                   const size_t a = op <= Step::kDivide ? d.integer(0, values - 1) : values - 1 - d.integer(0, 1);
+                   program.push_back({op, a, static_cast<size_t>(d.integer(0, values - 1)), d.integer(0, 2)});
+                 }
+                 const size_t n_inputs = inputs.size();
+                 Call c = make_call(
+                     "program " + describe(program, n_inputs), std::move(inputs),
+                     [=](const std::vector<mt::Tensor>& a) { return run_program(program, a); },
+                     [=](const std::vector<torch::Tensor>& a) { return run_program(program, a); });
                  return c;
                }});
   return g;
