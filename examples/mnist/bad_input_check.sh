@@ -26,6 +26,7 @@ expect 2 "--model" --model rnn
 expect 2 "--precision" --precision fp8
 expect 2 "--epochs" --epochs 0
 expect 2 "--lr" --lr -1
+expect 2 "--lr: inf is not a number > 0" --lr inf
 expect 2 "--bogus" --bogus
 expect 1 "does not hold MNIST" --data "$work/nowhere"
 expect 1 "--save: no such directory" --save "$work/nowhere/ckpt.safetensors"

@@ -533,7 +533,7 @@ int main(int argc, char** argv) {
         [low, text](std::string& value) -> std::string {
           char* end = nullptr;
           const double v = std::strtod(value.c_str(), &end);
-          return end != value.c_str() && *end == '\0' && v >= low ? "" : value + " is not " + text;
+          return end != value.c_str() && *end == '\0' && std::isfinite(v) && v >= low ? "" : value + " is not " + text;
         },
         "");
   };
