@@ -143,7 +143,7 @@ struct Call {
   MtFn mixtape;
   TorchFn torch;
   /// Differences up to bound·max(1, max |PyTorch's value|) are rounding: the two libraries sum in other orders
-  /// (mixtape's conv2d may use Winograd), so the f32 error grows with the terms summed (a few hundred here).
+  /// (mixtape's conv2d may use Winograd), and the f32 error grows with the number of terms summed.
   double bound = 1e-4;
   std::vector<std::string> refused, torch_refused;  // words of the errors that differ on purpose (above)
   bool torch_refused_if_empty = false;              // torch_refused holds only where mixtape's result is empty
