@@ -324,6 +324,125 @@ struct Tanh {
 };
 MT_REGISTER_OP(Tanh);
 
+struct Abs {
+  static constexpr const char* kName = "abs";
+  static constexpr Precision kPrecision = Precision::kPassthrough;  // exact in any dtype
+  using Ctx = autograd::Ctx;
+  static Tensor forward(Ctx& ctx, const Tensor& x) {
+    check_unary(kName, x, /*integers=*/true);
+    if (ctx.recording) ctx.save_for_backward(x);
+    return kernels::unary(UnaryOp::kAbs, x);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {  // dy·sign(x): exact; 0 at ±0, NaN at NaN
+    return {kernels::binary(BinaryOp::kMul, dy, kernels::unary(UnaryOp::kSign, ctx.saved(0)))};
+  }
+};
+MT_REGISTER_OP(Abs);
+
+/// A 0-d tensor of `like`'s dtype and device holding `value` (rounded to that dtype).
+Tensor scalar_like(double value, const Tensor& like) {
+  return full({}, value, TensorOptions(like.dtype()).device(like.device()));
+}
+
+struct Clamp {
+  static constexpr const char* kName = "clamp";
+  static constexpr Precision kPrecision = Precision::kPassthrough;  // selects values: exact in any dtype
+  struct Ctx : autograd::Ctx {
+    std::optional<double> min, max;
+  };
+  static Tensor forward(Ctx& ctx, const Tensor& x, std::optional<double> min, std::optional<double> max) {
+    check_unary(kName, x, /*integers=*/true);
+    MT_CHECK(min || max, "clamp: at least one of min and max must be given");
+    if (min) ops::check::scalar_fits(kName, x, *min);
+    if (max) ops::check::scalar_fits(kName, x, *max);
+    ctx.min = min, ctx.max = max;
+    if (ctx.recording) ctx.save_for_backward(x);
+    Tensor y = min ? kernels::scalar(ScalarOp::kMaximum, x, *min) : x;
+    return max ? kernels::scalar(ScalarOp::kMinimum, y, *max) : y;
+  }
+  /// PyTorch's clamp_backward: dy where min <= x <= max, the bounds rounded to x's dtype; 0 elsewhere (NaN x too).
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    const Tensor& x = ctx.saved(0);
+    const Tensor zero = scalar_like(0, dy);
+    Tensor g = dy;
+    if (ctx.max) g = kernels::where(kernels::binary(BinaryOp::kLe, x, scalar_like(*ctx.max, x)), g, zero);
+    if (ctx.min) g = kernels::where(kernels::binary(BinaryOp::kGe, x, scalar_like(*ctx.min, x)), g, zero);
+    return {g};
+  }
+};
+MT_REGISTER_OP(Clamp);
+
+/// maximum (kIsMax) or minimum of a and b.
+template <bool kIsMax>
+struct Extremum {
+  static constexpr const char* kName = kIsMax ? "maximum" : "minimum";
+  static constexpr Precision kPrecision = Precision::kPromote;
+  struct Ctx : autograd::Ctx {
+    Shape a_shape, b_shape;
+  };
+  static Tensor forward(Ctx& ctx, const Tensor& a, const Tensor& b) {
+    check_binary(kName, a, b, /*integers=*/true);
+    ctx.a_shape = a.shape(), ctx.b_shape = b.shape();
+    if (ctx.recording) ctx.save_for_backward(a, b);
+    return kernels::binary(kIsMax ? BinaryOp::kMaximum : BinaryOp::kMinimum, a, b);
+  }
+  /// PyTorch's: dy to the side that won, dy / 2 to each where a == b, dy to both where either is NaN.
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    const Tensor &a = ctx.saved(0), &b = ctx.saved(1);
+    const Tensor zero = scalar_like(0, dy);
+    const Tensor half = kernels::scalar(ScalarOp::kMul, dy, 0.5);
+    const Tensor shared = kernels::where(kernels::binary(BinaryOp::kEq, a, b), half, dy);
+    // a loses where a < b for maximum, a > b for minimum; b where the other holds.
+    const BinaryOp a_loses = kIsMax ? BinaryOp::kLt : BinaryOp::kGt, b_loses = kIsMax ? BinaryOp::kGt : BinaryOp::kLt;
+    auto grad = [&](BinaryOp loses, const Shape& shape) {
+      return ops::sum_to(kernels::where(kernels::binary(loses, a, b), zero, shared), shape);
+    };
+    return {ctx.needs_input_grad(0) ? grad(a_loses, ctx.a_shape) : Tensor(),
+            ctx.needs_input_grad(1) ? grad(b_loses, ctx.b_shape) : Tensor()};
+  }
+};
+using Maximum = Extremum<true>;
+using Minimum = Extremum<false>;
+MT_REGISTER_OP(Maximum);
+MT_REGISTER_OP(Minimum);
+
+/// where's condition, passed to apply<Where> wrapped so that the precision rule leaves it alone (it is bool, never
+/// promoted with a and b) and the tape gives it no edge (it has no gradient).
+struct Condition {
+  Tensor mask;
+};
+
+struct Where {
+  static constexpr const char* kName = "where";
+  static constexpr Precision kPrecision = Precision::kPromote;  // a and b become one dtype, the wider
+  struct Ctx : autograd::Ctx {
+    Shape a_shape, b_shape;
+  };
+  static Tensor forward(Ctx& ctx, const Condition& condition, const Tensor& a, const Tensor& b) {
+    const Tensor& c = condition.mask;
+    ops::check::defined(kName, c, "condition");
+    ops::check::defined(kName, a, "a");
+    ops::check::defined(kName, b, "b");
+    MT_CHECK(c.dtype() == DType::kBool, "where: expected a condition of dtype bool, got ", c.dtype(), " of shape ",
+             c.shape());
+    ops::check::same_device(kName, c, "condition", a, "a");
+    ops::check::same_device(kName, a, "a", b, "b");
+    broadcast_shapes(broadcast_shapes(c.shape(), a.shape(), kName), b.shape(), kName);
+    ctx.a_shape = a.shape(), ctx.b_shape = b.shape();
+    if (ctx.recording) ctx.save_for_backward(c);
+    return kernels::where(c, a, b);
+  }
+  static Grads backward(Ctx& ctx, const Tensor& dy) {
+    const Tensor& c = ctx.saved(0);
+    const Tensor zero = scalar_like(0, dy);
+    Tensor da, db;
+    if (ctx.needs_input_grad(0)) da = ops::sum_to(kernels::where(c, dy, zero), ctx.a_shape);
+    if (ctx.needs_input_grad(1)) db = ops::sum_to(kernels::where(c, zero, dy), ctx.b_shape);
+    return {da, db};
+  }
+};
+MT_REGISTER_OP(Where);
+
 // ---- comparisons ------------------------------------------------------------------------
 // No gradient (the output is bool); listed so the precision table and the registry know them. Their functions
 // promote and broadcast like the arithmetic ops and call the kernel directly.
@@ -369,6 +488,26 @@ Tensor sqrt(const Tensor& x) { return autograd::apply<Sqrt>(x); }
 Tensor relu(const Tensor& x) { return autograd::apply<Relu>(x); }
 Tensor sigmoid(const Tensor& x) { return autograd::apply<Sigmoid>(x); }
 Tensor tanh(const Tensor& x) { return autograd::apply<Tanh>(x); }
+Tensor abs(const Tensor& x) { return autograd::apply<Abs>(x); }
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  return autograd::apply<Clamp>(x, min, max);
+}
+Tensor maximum(const Tensor& a, const Tensor& b) { return autograd::apply<Maximum>(a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return autograd::apply<Minimum>(a, b); }
+
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
+  return autograd::apply<Where>(Condition{condition}, a, b);
+}
+Tensor where(const Tensor& condition, const Tensor& a, double b) {
+  ops::check::defined("where", a, "a");
+  ops::check::scalar_fits("where", a, b);
+  return where(condition, a, scalar_like(b, a));
+}
+Tensor where(const Tensor& condition, double a, const Tensor& b) {
+  ops::check::defined("where", b, "b");
+  ops::check::scalar_fits("where", b, a);
+  return where(condition, scalar_like(a, b), b);
+}
 
 Tensor gelu(const Tensor& x, const char* approximate) {
   bool is_tanh = std::strcmp(approximate, "tanh") == 0;

@@ -1,4 +1,5 @@
-// ops/index.cpp — index_select and cat: forward, backward and precision category; randperm, which has neither.
+// ops/index.cpp — index_select and cat: forward, backward and precision category; stack, cat of unsqueezed
+// tensors; randperm, which has neither.
 //
 // Both move values without arithmetic, so their forwards are exact in any
 // dtype. index_select's backward is a scatter-add (index_add: repeated
@@ -98,6 +99,24 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) { return autograd::apply<Cat>(tensors, dim); }
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  MT_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    MT_CHECK(tensors[i].defined(), "stack: tensor ", i, " of the list is undefined");
+    MT_CHECK(tensors[i].shape() == tensors[0].shape(), "stack: expects each tensor to be of one shape, got ",
+             tensors[0].shape(), " (tensor 0) and ", tensors[i].shape(), " (tensor ", i, ")");
+  }
+  // The new dim may also follow the last one: dims wrap against rank + 1, as PyTorch's.
+  const int64_t rank = tensors[0].dim();
+  MT_CHECK(dim >= -(rank + 1) && dim <= rank, "stack: dim ", dim, " is out of range for stacking tensors of shape ",
+           tensors[0].shape(), "; expected a dim in [", -(rank + 1), ", ", rank, "]");
+  const int64_t d = dim < 0 ? dim + rank + 1 : dim;
+  std::vector<Tensor> unsqueezed;
+  unsqueezed.reserve(tensors.size());
+  for (const Tensor& t : tensors) unsqueezed.push_back(t.unsqueeze(d));
+  return cat(unsqueezed, d);
+}
 
 Tensor randperm(int64_t n, Device device, Generator* gen) {
   MT_CHECK(n >= 0, "randperm: n must be non-negative, got ", n);

@@ -37,6 +37,23 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x, const char* approximate = "none");
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
+/// |x|; the gradient is dy·sign(x) (0 at x = 0), as PyTorch's.
+Tensor abs(const Tensor& x);
+/// torch.clamp: min(max(x, min), max) with either bound left out (not both); max wins where min > max, NaN stays
+/// NaN. The bounds compare in x's dtype, and the gradient passes where min <= x <= max (at a bound too), 0
+/// elsewhere. Integer tensors take integral bounds.
+///   mt::clamp(p, 1e-7, 1 - 1e-7);   mt::clamp(x, 0.0);   mt::clamp(x, std::nullopt, 6.0);
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
+/// Elementwise max / min of a and b, promoted and broadcast (torch.maximum / torch.minimum): NaN from either side
+/// propagates; where a == b each side gets half the gradient.
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+/// torch.where: a where `condition` (kBool) holds, b elsewhere, at the broadcast shape of the three; a and b
+/// promote to one dtype. A scalar operand takes the tensor's dtype (an integral value for an integer tensor).
+///   mt::where(mt::gt(x, mt::zeros({})), x, 0.01 * x);   mt::where(mask, logits, -1e9);
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& condition, const Tensor& a, double b);
+Tensor where(const Tensor& condition, double a, const Tensor& b);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
@@ -73,6 +90,12 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 /// Index of the largest element of the flattened tensor (0-D kI64).
 Tensor argmax(const Tensor& x);
+/// Smallest element, and along a dim, as max (torch.min's both).
+Tensor min(const Tensor& x);
+Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Index of the smallest element along `dim`, and of the flattened tensor (kI64; not differentiable).
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x);
 
 // ---- softmax and losses (ops/softmax.cpp, ops/loss.cpp) -------------------------------
 Tensor softmax(const Tensor& x, int64_t dim);
@@ -156,6 +179,8 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 /// Concatenates along `dim`; all inputs share every other size.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+/// Joins tensors of one shape along a new dim `dim` (in [-(rank + 1), rank]): cat of each unsqueezed at dim.
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 /// A random permutation of 0, 1, ..., n−1 (torch.randperm), kI64 on `device`, drawn there: n counters of `gen`
 /// (the default generator when null) key a sort, so the same generator state gives the same permutation on every
 /// device. For shuffling a dataset that lives on the GPU without a host round trip:

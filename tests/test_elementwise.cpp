@@ -29,6 +29,19 @@ mt::Tensor away_from_zero(const mt::Shape& shape) {
   return mt::from_vector(v, shape, mt::kF32);
 }
 
+/// randn kept at least 0.1 away from each of `kinks` (clamp's bounds), so that neither the finite differences nor
+/// an f16/bf16 rounding of the input crosses one.
+mt::Tensor away_from(const mt::Shape& shape, std::vector<double> kinks) {
+  std::vector<double> v = mt::randn(shape, mt::kF64).to_vector<double>();
+  for (double& e : v)
+    for (double k : kinks)
+      if (std::abs(e - k) < 0.1) e = e >= k ? k + 0.1 + (e - k) : k - 0.1 + (e - k);
+  return mt::from_vector(v, shape, mt::kF32);
+}
+
+/// A bool tensor of `shape`, true about half the time (where's condition).
+mt::Tensor coin_flips(const mt::Shape& shape) { return mt::lt(mt::randn(shape), mt::zeros({})); }
+
 }  // namespace
 
 // ---- binary, with broadcasting and strided inputs -----------------------------------------
@@ -110,6 +123,34 @@ MT_OP_CASE({.op = "tanh", .label = "2-D",
             .inputs = [] { return In{mt::randn({3, 4})}; },
             .f16 = mt::test::Tolerance{1e-3, 2e-3},
             .bf16 = mt::test::Tolerance{1.6e-2, 1.6e-2}});
+MT_OP_CASE({.op = "abs", .label = "away from 0, strided",
+            .f = [](const In& in) { return mt::abs(in[0]); },
+            .inputs = [] { return In{mt::test::non_contiguous(away_from_zero({3, 4}), "strided")}; }});
+
+// ---- clamp, maximum, minimum, where: selections, away from their kinks ------------------------
+MT_OP_CASE({.op = "clamp", .label = "min and max",
+            .f = [](const In& in) { return mt::clamp(in[0], -0.5, 0.75); },
+            .inputs = [] { return In{away_from({4, 5}, {-0.5, 0.75})}; }});
+MT_OP_CASE({.op = "clamp", .label = "min only, transposed",
+            .f = [](const In& in) { return mt::clamp(in[0], 0.25); },
+            .inputs = [] { return In{mt::test::non_contiguous(away_from({3, 4}, {0.25}), "transposed")}; }});
+MT_OP_CASE({.op = "clamp", .label = "max only",
+            .f = [](const In& in) { return mt::clamp(in[0], std::nullopt, -0.25); },
+            .inputs = [] { return In{away_from({6}, {-0.25})}; }});
+MT_OP_CASE({.op = "maximum", .label = "broadcast [3,1] and [1,4]",
+            .f = [](const In& in) { return mt::maximum(in[0], in[1]); },
+            .inputs = [] { return In{mt::randn({3, 1}), mt::randn({1, 4})}; }});
+MT_OP_CASE({.op = "minimum", .label = "strided and a 0-d tensor",
+            .f = [](const In& in) { return mt::minimum(in[0], in[1]); },
+            .inputs = [] { return In{mt::test::non_contiguous(mt::randn({2, 3}), "strided"), mt::randn({})}; }});
+MT_OP_CASE({.op = "where", .label = "condition [3,1,4], a [2,1], b [4]",
+            .f = [](const In& in) { return mt::where(in[2], in[0], in[1]); },
+            .inputs = [] { return In{mt::randn({2, 1}), mt::randn({4}), coin_flips({3, 1, 4})}; }});
+MT_OP_CASE({.op = "where", .label = "a transposed, b a scalar",
+            .f = [](const In& in) { return mt::where(in[1], in[0], -1.5); },
+            .inputs = [] {
+              return In{mt::test::non_contiguous(mt::randn({3, 4}), "transposed"), coin_flips({3, 4})};
+            }});
 
 // ---- the CPU kernels against float64 references -------------------------------------------
 
@@ -652,6 +693,129 @@ BOOST_AUTO_TEST_CASE(misuse_gets_errors_naming_op_shapes_and_dtypes, MT_CPU_TEST
   expect_error([&] { mt::neg(mt::zeros({2}, DType::kBool)); }, {"neg:", "bool"});
   expect_error([&] { mt::add(i64, 0.5); }, {"add_scalar: the scalar 0.5 is not an integer", "i64"});
   expect_error([&] { mt::relu(Tensor()); }, {"relu:", "undefined"});
+  expect_error([&] { mt::clamp(f32, std::nullopt); }, {"clamp: at least one of min and max must be given"});
+  expect_error([&] { mt::clamp(i64, 0.5); }, {"clamp: the scalar 0.5 is not an integer", "i64"});
+  expect_error([&] { mt::abs(mt::zeros({2}, DType::kBool)); }, {"abs:", "bool"});
+  expect_error([&] { mt::maximum(f32, mt::zeros({4})); }, {"maximum: shapes [2, 3] and [4]", "cannot be broadcast"});
+  expect_error([&] { mt::where(f32, f32, f32); },
+               {"where: expected a condition of dtype bool, got f32 of shape [2, 3]"});
+  expect_error([&] { mt::where(mt::zeros({4}, DType::kBool), f32, f32); }, {"where: shapes [4] and [2, 3]"});
+  expect_error([&] { mt::where(Tensor(), f32, f32); }, {"where:", "condition", "undefined"});
+  expect_error([&] { mt::where(mt::zeros({3}, DType::kBool), i64, 0.5); }, {"where: the scalar 0.5 is not an integer"});
+}
+
+// ---- abs, clamp, maximum, minimum, where: PyTorch's values and gradients at the edges ------------------------------
+
+namespace {
+
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// A leaf of `values` in `dtype` that requires grad.
+Tensor leaf_of(const std::vector<double>& values, DType dtype = mt::kF32, mt::Shape shape = {}) {
+  if (shape.empty()) shape = {static_cast<int64_t>(values.size())};
+  return mt::from_vector(values, shape, dtype).requires_grad_();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(abs_passes_dy_times_the_sign, MT_CPU_TEST) {
+  for (DType dt : kFloatTypes)
+    BOOST_TEST_CONTEXT(dt) {
+      Tensor x = leaf_of({-2, -0.0, 0, 3, kNan, -kInf}, dt);
+      const Tensor y = mt::abs(x);
+      expect_values(y, {2, 0, 0, 3, kNan, kInf}, kExact, "abs");
+      y.backward(mt::full({6}, 2, dt));
+      expect_values(x.grad(), {-2, 0, 0, 2, kNan, -2}, kExact, "abs's gradient: dy·sign(x), 0 at ±0, NaN at NaN");
+    }
+  expect_values(mt::abs(mt::from_vector<int64_t>({-3, 0, 4})), {3, 0, 4}, kExact, "abs of i64");
+}
+
+BOOST_AUTO_TEST_CASE(clamp_passes_the_gradient_inside_the_bounds_and_at_them, MT_CPU_TEST) {
+  for (DType dt : kFloatTypes)
+    BOOST_TEST_CONTEXT(dt) {
+      Tensor x = leaf_of({-3, -1, 0, 1, 2, kNan, kInf}, dt);
+      const Tensor y = mt::clamp(x, -1.0, 1.0);
+      expect_values(y, {-1, -1, 0, 1, 1, kNan, 1}, kExact, "clamp(x, -1, 1)");
+      y.backward(mt::ones({7}, dt));
+      // x == min and x == max pass dy (PyTorch's min <= x <= max); NaN gets 0.
+      expect_values(x.grad(), {0, 1, 1, 1, 0, 0, 0}, kExact, "clamp's gradient");
+    }
+  // One bound: the other side is open.
+  Tensor x = leaf_of({-3, 0.5, 4});
+  mt::sum(mt::clamp(x, 0.0) + mt::clamp(x, std::nullopt, 1.0)).backward();
+  expect_values(x.grad(), {1, 2, 1}, kExact, "clamp(x, 0) + clamp(x, None, 1)");
+  // min > max: every value becomes max and no gradient passes (no x satisfies min <= x <= max).
+  Tensor z = leaf_of({-2, 0.5, 3});
+  const Tensor w = mt::clamp(z, 2.0, 1.0);
+  expect_values(w, {1, 1, 1}, kExact, "clamp(x, 2, 1)");
+  mt::sum(w).backward();
+  expect_values(z.grad(), {0, 0, 0}, kExact, "clamp(x, 2, 1)'s gradient");
+  // f16: the bound compares as its f16 value. 0.1 rounds to 0.0999755859375 in f16; that x passes the gradient.
+  Tensor h = leaf_of({0.0999755859375, 0.0999}, mt::kF16);
+  const Tensor hy = mt::clamp(h, 0.1);
+  expect_values(hy, {0.0999755859375, 0.0999755859375}, kExact, "clamp of f16 at 0.1");
+  mt::sum(hy).backward();
+  expect_values(h.grad(), {1, 0}, kExact, "clamp of f16 at 0.1, gradient");
+  expect_values(mt::clamp(mt::from_vector<int64_t>({-5, 2, 9}), 0.0, 4.0), {0, 2, 4}, kExact, "clamp of i64");
+}
+
+BOOST_AUTO_TEST_CASE(maximum_and_minimum_split_the_gradient_at_ties, MT_CPU_TEST) {
+  for (DType dt : kFloatTypes)
+    BOOST_TEST_CONTEXT(dt) {
+      Tensor a = leaf_of({1, 2, 3, kNan, 5}, dt), b = leaf_of({2, 2, 1, 0, kNan}, dt);
+      const Tensor hi = mt::maximum(a, b), lo = mt::minimum(a, b);
+      expect_values(hi, {2, 2, 3, kNan, kNan}, kExact, "maximum");
+      expect_values(lo, {1, 2, 1, kNan, kNan}, kExact, "minimum");
+      // PyTorch's rule: dy to the larger, dy / 2 to each on a tie, dy to both where either is NaN.
+      hi.backward(mt::full({5}, 4, dt));
+      expect_values(a.grad(), {0, 2, 4, 4, 4}, kExact, "maximum, a's gradient");
+      expect_values(b.grad(), {4, 2, 0, 4, 4}, kExact, "maximum, b's gradient");
+      a.set_grad(Tensor()), b.set_grad(Tensor());
+      lo.backward(mt::full({5}, 4, dt));
+      expect_values(a.grad(), {4, 2, 0, 4, 4}, kExact, "minimum, a's gradient");
+      expect_values(b.grad(), {0, 2, 4, 4, 4}, kExact, "minimum, b's gradient");
+    }
+  // Broadcast and promoted: b (f16, 1 element) against a (f32, 3) collects its parts, in its own dtype.
+  Tensor a = leaf_of({1, 5, 3}), b = leaf_of({3}, mt::kF16);
+  const Tensor y = mt::maximum(a, b);
+  BOOST_TEST(y.dtype() == mt::kF32);
+  mt::sum(y).backward();
+  expect_values(a.grad(), {0, 1, 0.5}, kExact, "maximum broadcast, a");
+  BOOST_TEST(b.grad().dtype() == mt::kF16);
+  expect_values(b.grad(), {1.5}, kExact, "maximum broadcast, b: 1 + 0.5");
+  // maximum(x, x): both halves land on x.
+  Tensor x = leaf_of({-1, 2});
+  mt::sum(mt::maximum(x, x)).backward();
+  expect_values(x.grad(), {1, 1}, kExact, "maximum(x, x)");
+}
+
+BOOST_AUTO_TEST_CASE(where_selects_broadcasts_and_routes_the_gradient, MT_CPU_TEST) {
+  const Tensor c = mt::from_vector<double>({1, 0, 0, 1, 1, 0}, {2, 3}, mt::kF32);
+  const Tensor cond = mt::ne(c, mt::zeros({}));
+  Tensor a = leaf_of({10, 20, 30}), b = leaf_of({-1, -2}, mt::kF64, {2, 1});
+  const Tensor y = mt::where(cond, a, b);
+  BOOST_TEST(y.dtype() == mt::kF64);  // a and b promote, the condition stays bool
+  BOOST_TEST(y.shape() == (mt::Shape{2, 3}));
+  expect_values(y, {10, -1, -1, 10, 20, -2}, kExact, "where");
+  y.backward(mt::from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3}, mt::kF64));
+  BOOST_TEST(a.grad().dtype() == mt::kF32);
+  expect_values(a.grad(), {5, 5, 0}, kExact, "where, a's gradient: dy where the condition holds, summed over rows");
+  expect_values(b.grad(), {5, 6}, kExact, "where, b's gradient: dy elsewhere, summed over columns");
+  // The unselected side's NaN and inf never reach the output or its gradient.
+  Tensor p = leaf_of({1, kNan}), q = leaf_of({kInf, 2});
+  const Tensor r = mt::where(mt::from_vector<double>({1, 0}, {2}).to(mt::kBool), p, q);
+  expect_values(r, {1, 2}, kExact, "where over NaN and inf");
+  mt::sum(r).backward();
+  expect_values(p.grad(), {1, 0}, kExact, "where over NaN, a");
+  expect_values(q.grad(), {0, 1}, kExact, "where over inf, b");
+  // A scalar takes the tensor's dtype (-1e9 is -inf in f16, as in PyTorch).
+  const Tensor h = mt::from_vector<double>({-1, 2, -3, 4}, {4}, mt::kF16);
+  const Tensor masked = mt::where(mt::gt(h, mt::zeros({})), h, -1e9);
+  BOOST_TEST(masked.dtype() == mt::kF16);
+  expect_values(masked, {-kInf, 2, -kInf, 4}, kExact, "where of f16 and -1e9");
+  expect_values(mt::where(mt::from_vector<double>({0, 1}, {2}).to(mt::kBool), 7.0, mt::from_vector<int64_t>({1, 2})),
+                {1, 7}, kExact, "where of a scalar and i64");
 }
 
 BOOST_AUTO_TEST_CASE(comparisons_promote_broadcast_and_return_bool, MT_CPU_TEST) {

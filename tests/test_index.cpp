@@ -76,6 +76,27 @@ BOOST_AUTO_TEST_CASE(cat_promotes_and_returns_each_gradient_in_its_dtype, MT_CPU
   BOOST_TEST(c.grad().shape() == (mt::Shape{2, 1}));
 }
 
+BOOST_AUTO_TEST_CASE(stack_joins_along_a_new_dim_and_splits_the_gradient, MT_CPU_TEST) {
+  Tensor a = mt::from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3}, mt::kF32).requires_grad_();
+  Tensor b = mt::from_vector<double>({7, 8, 9, 10, 11, 12}, {2, 3}, mt::kF16).requires_grad_();
+  for (int64_t dim : {0, 1, 2, -1, -3}) {
+    BOOST_TEST_CONTEXT("dim " << dim) {
+      const Tensor y = mt::stack({a, b}, dim);
+      const int64_t d = dim < 0 ? dim + 3 : dim;
+      BOOST_TEST(y.shape() == (d == 2 ? mt::Shape{2, 3, 2} : mt::Shape{2, 2, 3}));
+      BOOST_TEST(y.dtype() == mt::kF32);  // promoted, as cat
+      expect_close(y.select(d, 1), b.to(mt::kF32), kExact, "stack's second slice is b");
+    }
+  }
+  const Tensor y = mt::stack({a, b, a}, 1);  // (2, 3, 3): a used twice
+  mt::sum(y * mt::arange(3.0, 0.0, -1.0).reshape({1, 3, 1})).backward();
+  expect_values(a.grad(), {4, 4, 4, 4, 4, 4}, kExact, "a's gradient: 3 + 1 from its two places");
+  BOOST_TEST(b.grad().dtype() == mt::kF16);
+  expect_values(b.grad(), {2, 2, 2, 2, 2, 2}, kExact, "b's gradient");
+  // 0-d tensors stack into a vector.
+  expect_values(mt::stack({mt::scalar_tensor(1.5), mt::scalar_tensor(-2)}), {1.5, -2}, kExact, "stack of 0-d");
+}
+
 BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes, MT_CPU_TEST) {
   expect_error([&] { mt::index_select(mt::randn({4, 3}), 0, index_i64({1, 7})); },
                {"index_select: index 7 is out of range for dim 0 of size 4 (shape [4, 3])"});
@@ -88,6 +109,11 @@ BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes, MT_CPU_TEST) {
                {"cat: sizes must match except in dim 1, got [2, 3] (tensor 0) and [3, 3] (tensor 1)"});
   expect_error([&] { mt::cat({mt::randn({2, 3}), mt::randn({2, 3, 1})}, 0); },
                {"cat: tensors must have the same number of dims"});
+  expect_error([&] { mt::stack({}, 0); }, {"stack: expected a non-empty list of tensors"});
+  expect_error([&] { mt::stack({mt::randn({2, 3}), mt::randn({2, 4})}); },
+               {"stack: expects each tensor to be of one shape, got [2, 3] (tensor 0) and [2, 4] (tensor 1)"});
+  expect_error([&] { mt::stack({mt::randn({2, 3})}, 3); },
+               {"stack: dim 3 is out of range for stacking tensors of shape [2, 3]; expected a dim in [-3, 2]"});
 }
 
 // ---- randperm ---------------------------------------------------------------------------------

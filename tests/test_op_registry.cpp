@@ -21,7 +21,7 @@ std::vector<OpCase>& op_cases() {
 namespace {
 
 /// Ops that have no gradient by nature (integer outputs).
-const std::set<std::string> kNotDifferentiable = {"argmax", "eq", "ne", "lt", "le", "gt", "ge"};
+const std::set<std::string> kNotDifferentiable = {"argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge"};
 
 }  // namespace
 

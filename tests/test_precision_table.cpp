@@ -39,6 +39,7 @@ const std::map<std::string, Precision> kExpected = {
     {"add_scalar", kPass}, {"mul_scalar", kPass}, {"div_scalar", kPass},
     {"pow", kFp32}, {"neg", kPass}, {"exp", kFp32}, {"log", kFp32}, {"sqrt", kPass},
     {"relu", kPass}, {"gelu", kFp32}, {"sigmoid", kPass}, {"tanh", kPass},
+    {"abs", kPass}, {"clamp", kPass}, {"maximum", kPromote}, {"minimum", kPromote}, {"where", kPromote},
     {"eq", kPromote}, {"ne", kPromote}, {"lt", kPromote}, {"le", kPromote}, {"gt", kPromote}, {"ge", kPromote},
     // ops/index.cpp
     {"index_select", kPass}, {"cat", kPromote},
@@ -49,7 +50,7 @@ const std::map<std::string, Precision> kExpected = {
     // ops/pool.cpp
     {"max_pool2d", kPass}, {"avg_pool2d", kPass},
     // ops/reduce.cpp
-    {"sum", kFp32}, {"mean", kFp32}, {"max", kPass}, {"argmax", kPass},
+    {"sum", kFp32}, {"mean", kFp32}, {"max", kPass}, {"min", kPass}, {"argmax", kPass}, {"argmin", kPass},
     // ops/softmax.cpp
     {"softmax", kFp32}, {"log_softmax", kFp32},
     // ops/views.cpp

@@ -62,6 +62,11 @@ MT_OP_CASE({.op = "max", .label = "dim -1 keepdim, 3-D", .f = [](const In& in) {
             .inputs = [] { return In{distinct({2, 3, 4})}; }});
 MT_OP_CASE({.op = "max", .label = "dim 0 of a transposed input", .f = [](const In& in) { return mt::max(in[0], 0); },
             .inputs = [] { return In{non_contiguous(distinct({4, 3}), "transposed")}; }});
+MT_OP_CASE({.op = "min", .label = "all", .f = [](const In& in) { return mt::min(in[0]); },
+            .inputs = [] { return In{distinct({4, 3})}; }});
+MT_OP_CASE({.op = "min", .label = "dim -2 keepdim of a strided input",
+            .f = [](const In& in) { return mt::min(in[0], -2, true); },
+            .inputs = [] { return In{non_contiguous(distinct({3, 5}), "strided")}; }});
 
 // ---- the CPU kernels against float64 references -------------------------------------------
 
@@ -243,6 +248,30 @@ BOOST_AUTO_TEST_CASE(max_of_every_element_shares_the_gradient_among_ties, MT_CPU
   BOOST_TEST(t.grad().to_vector<double>() == V({0.5, 0, 0.5, 0}), tt::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(min_is_max_mirrored, MT_CPU_TEST) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  using V = std::vector<double>;
+  // Of every element: ties share dy, a NaN result gives it to the NaNs.
+  Tensor t = mt::from_vector<double>({3, -1, 2, -1}, {2, 2}, mt::kF32).requires_grad_();
+  const Tensor m = mt::min(t);
+  BOOST_TEST(m.item<double>() == -1);
+  m.backward();
+  BOOST_TEST(t.grad().to_vector<double>() == V({0, 0.5, 0, 0.5}), tt::per_element());
+  Tensor n = mt::from_vector<double>({1, nan, -4}, {3}, mt::kF32).requires_grad_();
+  mt::min(n).backward();
+  BOOST_TEST(n.grad().to_vector<double>() == V({0, 1, 0}), tt::per_element());
+  // Along a dim: the first minimum gets dy; argmin names it.
+  Tensor x = mt::from_vector<double>({4, 1, 1, 0, 5, 0}, {2, 3}, mt::kF32).requires_grad_();
+  const Tensor row_min = mt::min(x, 1, true);
+  BOOST_TEST(row_min.shape() == (mt::Shape{2, 1}));
+  BOOST_TEST(row_min.to_vector<double>() == V({1, 0}), tt::per_element());
+  mt::sum(row_min).backward();
+  BOOST_TEST(x.grad().to_vector<double>() == V({0, 1, 0, 1, 0, 0}), tt::per_element());
+  BOOST_TEST(mt::argmin(x, 1).to_vector<int64_t>() == (std::vector<int64_t>{1, 0}), tt::per_element());
+  BOOST_TEST(mt::argmin(x, 0, true).shape() == (mt::Shape{1, 3}));
+  BOOST_TEST(mt::argmin(x).item<int64_t>() == 3);
+}
+
 BOOST_AUTO_TEST_CASE(precision_categories, MT_CPU_TEST) {
   auto category = [](const char* op) { return std::string(mt::precision_name(mt::amp::precision_of(op))); };
   for (const char* op : {"sum", "mean"}) BOOST_TEST_CONTEXT(op) { BOOST_TEST(category(op) == "fp32"); }
@@ -253,6 +282,9 @@ BOOST_AUTO_TEST_CASE(precision_categories, MT_CPU_TEST) {
 BOOST_AUTO_TEST_CASE(error_messages, MT_CPU_TEST) {
   BOOST_CHECK_THROW(mt::sum(mt::randn({2, 3}), {0, 0}), mt::Error);
   BOOST_CHECK_THROW(mt::max(mt::randn({0, 3})), mt::Error);
+  expect_error([] { mt::min(mt::randn({0, 3})); }, {"min:"});
+  expect_error([] { mt::argmin(mt::randn({2, 0}), 1); }, {"argmin:"});
+  expect_error([] { mt::min(mt::randn({2, 3}), 2); }, {"min: dim 2 is out of range"});
 }
 
 // ---- the CPU kernels -------------------------------------------------------------------------------
