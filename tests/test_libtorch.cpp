@@ -356,27 +356,43 @@ struct Generator {
 
 /// One step of a random program: an op over earlier values (the inputs first, then each step's result).
 struct Step {
-  enum Op { kAdd, kMul, kSub, kDivide, kTanh, kRelu, kSigmoid, kSum, kMean, kMax, kSoftmax, kLogSoftmax, kCount } op;
+  enum Op {
+    // of two values
+    kAdd, kMul, kSub, kDivide, kMaximum, kMinimum, kWhere,
+    // of one
+    kTanh, kRelu, kSigmoid, kAbs, kClamp,
+    // of one, over a dim
+    kSum, kMean, kMax, kMin, kSoftmax, kLogSoftmax, kCount
+  } op;
+  static constexpr Op kLastBinary = kWhere, kFirstOverDim = kSum;
   size_t a, b;       // the values it reads
   int64_t from_end;  // the reductions' and softmaxes' dim: -1 - from_end (mod a's rank); reduced dims stay as
                      // size 1, so that every value broadcasts with every other
 };
 
 std::string describe(const std::vector<Step>& program, size_t inputs) {
-  static const char* const kNames[] = {"add",     "mul", "sub",  "divide", "tanh",    "relu",
-                                       "sigmoid", "sum", "mean", "max",    "softmax", "log_softmax"};
+  static const char* const kNames[] = {"add", "mul",  "sub",     "divide", "maximum", "minimum",
+                                       "where a > 0", "tanh", "relu", "sigmoid", "abs", "clamp(-0.6, 0.7)",
+                                       "sum", "mean", "max", "min", "softmax", "log_softmax"};
+  static_assert(std::size(kNames) == Step::kCount);
   std::ostringstream os;
   for (size_t i = 0; i < program.size(); ++i) {
     const Step& s = program[i];
     os << (i ? "; " : "") << "v" << inputs + i << " = " << kNames[s.op] << "(v" << s.a;
-    if (s.op <= Step::kDivide) os << ", v" << s.b;
-    if (s.op >= Step::kSum) os << ", dim -1-" << s.from_end;
+    if (s.op <= Step::kLastBinary) os << ", v" << s.b;
+    if (s.op >= Step::kFirstOverDim) os << ", dim -1-" << s.from_end;
     os << ")";
   }
   return os.str();
 }
 
-/// max along a dim: mixtape returns the values, LibTorch (values, indices).
+/// An optional bound as LibTorch takes it (c10::optional<Scalar>).
+c10::optional<c10::Scalar> scalar(std::optional<double> v) {
+  if (!v) return c10::nullopt;
+  return c10::Scalar(*v);
+}
+
+/// max and min along a dim: mixtape returns the values, LibTorch (values, indices).
 mt::Tensor values_of(const mt::Tensor& max) {
   return max;
 }
@@ -388,6 +404,11 @@ torch::Tensor values_of(const std::tuple<torch::Tensor, torch::Tensor>& max) {
 /// unqualified calls find mixtape's or ATen's by the argument's namespace.
 template <class T>
 T run_program(const std::vector<Step>& program, const std::vector<T>& inputs) {
+  T zero;
+  if constexpr (std::is_same_v<T, mt::Tensor>)
+    zero = mt::zeros({});
+  else
+    zero = torch::zeros({});
   std::vector<T> v = inputs;
   for (const Step& s : program) {
     const T a = v[s.a], b = v[s.b];
@@ -397,12 +418,18 @@ T run_program(const std::vector<Step>& program, const std::vector<T>& inputs) {
       case Step::kMul: v.push_back(a * b); break;
       case Step::kSub: v.push_back(a - b); break;
       case Step::kDivide: v.push_back(a / (sigmoid(b) + 1.5)); break;  // by a value in [1.5, 2.5]: away from 0
+      case Step::kMaximum: v.push_back(maximum(a, b)); break;
+      case Step::kMinimum: v.push_back(minimum(a, b)); break;
+      case Step::kWhere: v.push_back(where(gt(a, zero), a, b)); break;
       case Step::kTanh: v.push_back(tanh(a)); break;
       case Step::kRelu: v.push_back(relu(a)); break;
       case Step::kSigmoid: v.push_back(sigmoid(a)); break;
+      case Step::kAbs: v.push_back(abs(a)); break;
+      case Step::kClamp: v.push_back(clamp(a, -0.6, 0.7)); break;  // bounds no step's result lands on exactly
       case Step::kSum: v.push_back(sum(a, {dim}, true)); break;
       case Step::kMean: v.push_back(mean(a, {dim}, true)); break;
       case Step::kMax: v.push_back(values_of(max(a, dim, true))); break;
+      case Step::kMin: v.push_back(values_of(min(a, dim, true))); break;
       case Step::kSoftmax: v.push_back(softmax(a, dim)); break;
       case Step::kLogSoftmax: v.push_back(log_softmax(a, dim)); break;
       case Step::kCount: break;
@@ -434,6 +461,9 @@ std::vector<Generator> generators() {
   unary("mean", -2, 2, MIXTAPE_CALL(mt::mean(a[0])), LIBTORCH_CALL(torch::mean(a[0])));
   unary("max", -2, 2, MIXTAPE_CALL(mt::max(a[0])), LIBTORCH_CALL(torch::max(a[0])));
   unary("argmax", -2, 2, MIXTAPE_CALL(mt::argmax(a[0])), LIBTORCH_CALL(torch::argmax(a[0])));
+  unary("min", -2, 2, MIXTAPE_CALL(mt::min(a[0])), LIBTORCH_CALL(torch::min(a[0])));
+  unary("argmin", -2, 2, MIXTAPE_CALL(mt::argmin(a[0])), LIBTORCH_CALL(torch::argmin(a[0])));
+  unary("abs", -2, 2, MIXTAPE_CALL(mt::abs(a[0])), LIBTORCH_CALL(torch::abs(a[0])));
   unary("contiguous", -2, 2, MIXTAPE_CALL(a[0].contiguous()), LIBTORCH_CALL(a[0].contiguous()));
   unary("squeeze", -2, 2, MIXTAPE_CALL(a[0].squeeze() * 1.0), LIBTORCH_CALL(a[0].squeeze() * 1.0));
   unary("t", -2, 2, MIXTAPE_CALL(a[0].t() * 1.0), LIBTORCH_CALL(a[0].t() * 1.0));
@@ -459,6 +489,8 @@ std::vector<Generator> generators() {
   binary("div", MIXTAPE_CALL(mt::div(a[0], a[1])), LIBTORCH_CALL(torch::div(a[0], a[1])));
   binary("lt", MIXTAPE_CALL(mt::lt(a[0], a[1])), LIBTORCH_CALL(torch::lt(a[0], a[1])));
   binary("ge", MIXTAPE_CALL(mt::ge(a[0], a[1])), LIBTORCH_CALL(torch::ge(a[0], a[1])));
+  binary("maximum", MIXTAPE_CALL(mt::maximum(a[0], a[1])), LIBTORCH_CALL(torch::maximum(a[0], a[1])));
+  binary("minimum", MIXTAPE_CALL(mt::minimum(a[0], a[1])), LIBTORCH_CALL(torch::minimum(a[0], a[1])));
   binary("eq", MIXTAPE_CALL(mt::eq(a[0], a[0] + a[1] * 0.0)), LIBTORCH_CALL(torch::eq(a[0], a[0] + a[1] * 0.0)));
 
   // Reductions and row ops over dims: negative, repeated (sum/mean refuse both), out of range.
@@ -507,6 +539,13 @@ std::vector<Generator> generators() {
   over_dim(
       "argmax", [](const mt::Tensor& x, int64_t dim, bool k) { return mt::argmax(x, dim, k); },
       [](const torch::Tensor& x, int64_t dim, bool k) { return torch::argmax(x, dim, k); }, {"Expected reduction dim"});
+  over_dim(
+      "min", [](const mt::Tensor& x, int64_t dim, bool k) { return mt::min(x, dim, k); },
+      [](const torch::Tensor& x, int64_t dim, bool k) { return std::get<0>(torch::min(x, dim, k)); },
+      {"Expected reduction dim"});
+  over_dim(
+      "argmin", [](const mt::Tensor& x, int64_t dim, bool k) { return mt::argmin(x, dim, k); },
+      [](const torch::Tensor& x, int64_t dim, bool k) { return torch::argmin(x, dim, k); }, {"Expected reduction dim"});
   over_dim(
       "softmax", [](const mt::Tensor& x, int64_t dim, bool) { return mt::softmax(x, dim); },
       [](const torch::Tensor& x, int64_t dim, bool) { return torch::softmax(x, dim); });
@@ -811,6 +850,56 @@ std::vector<Generator> generators() {
                  return c;
                }});
 
+  g.push_back({"stack", [](Draw& d) {
+                 const Sizes s = sizes(d, 0, 3);
+                 const int64_t rank = s.size();
+                 const int64_t dim = d.chance(0.05) ? rank + 1 : d.integer(-rank - 1, rank);
+                 Call c = make_call("stack dim " + std::to_string(dim), {}, MIXTAPE_CALL(mt::stack(a, dim)),
+                                    LIBTORCH_CALL(torch::stack(a, dim)));
+                 for (int64_t n = d.integer(1, 3); n > 0; --n) {
+                   Sizes part = s;
+                   if (!part.empty() && d.chance(0.05)) part.back() += 1;  // sizes that differ
+                   c.inputs.push_back(floats(d, part));
+                 }
+                 return c;
+               }});
+
+  // Selections: clamp's bounds (either, both, neither, min > max) and where's three broadcasting operands, drawn
+  // from the values of the inputs (ties) so that inputs meet the bounds and each other.
+  g.push_back({"clamp", [](Draw& d) {
+                 const auto bound = [&]() -> std::optional<double> {
+                   if (d.chance(0.3)) return std::nullopt;
+                   return d.values == Values::kTies ? d.pick({-2.0, 0.0, 1.0, 2.0}) : d.real(-2, 2);
+                 };
+                 const std::optional<double> lo = bound(), hi = bound();
+                 std::ostringstream what;
+                 what << "clamp(" << (lo ? std::to_string(*lo) : "None") << ", " << (hi ? std::to_string(*hi) : "None")
+                      << ")";
+                 return make_call(what.str(), {floats(d, sizes(d))}, MIXTAPE_CALL(mt::clamp(a[0], lo, hi)),
+                                  LIBTORCH_CALL(torch::clamp(a[0], scalar(lo), scalar(hi))));
+               }});
+  g.push_back({"where", [](Draw& d) {
+                 const Sizes s = sizes(d);
+                 std::vector<Input> in = {floats(d, partner(d, s)), floats(d, partner(d, s)), floats(d, partner(d, s))};
+                 in[d.integer(0, 2)] = floats(d, s);
+                 switch (d.integer(0, 2)) {
+                   case 0:
+                     return make_call("where(c > 0, a, b)", in,
+                                      MIXTAPE_CALL(mt::where(mt::gt(a[2], mt::zeros({})), a[0], a[1])),
+                                      LIBTORCH_CALL(torch::where(torch::gt(a[2], 0), a[0], a[1])));
+                   case 1:
+                     in.pop_back();
+                     return make_call("where(c > 0, a, -1.5)", in,
+                                      MIXTAPE_CALL(mt::where(mt::gt(a[1], mt::zeros({})), a[0], -1.5)),
+                                      LIBTORCH_CALL(torch::where(torch::gt(a[1], 0), a[0], -1.5)));
+                   default:
+                     in.pop_back();
+                     return make_call("where(c > 0, 0.5, b)", in,
+                                      MIXTAPE_CALL(mt::where(mt::gt(a[1], mt::zeros({})), 0.5, a[0])),
+                                      LIBTORCH_CALL(torch::where(torch::gt(a[1], 0), 0.5, a[0])));
+                 }
+               }});
+
   // Programs: 2-3 inputs that broadcast together, 3-8 steps over them and earlier results, so that values are
   // reused and the tape sums gradients from several paths, through broadcasts and views.
   g.push_back({"program", [](Draw& d) {
@@ -821,8 +910,13 @@ std::vector<Generator> generators() {
                  std::vector<Step> program;
                  for (int64_t n = d.integer(3, 8); n > 0; --n) {
                    const size_t values = inputs.size() + program.size();
-                   const auto op = static_cast<Step::Op>(d.integer(0, Step::kCount - 1));
-                   const size_t a = op <= Step::kDivide ? d.integer(0, values - 1) : values - 1 - d.integer(0, 1);
+                   auto op = static_cast<Step::Op>(d.integer(0, Step::kCount - 1));
+                   // With tied inputs a computed value can equal another in one library and miss it by a rounding
+                   // in the other (a sum of softmax against an input's 1), where maximum's gradient jumps; the
+                   // "maximum" and "minimum" generators test ties.
+                   while (d.values == Values::kTies && (op == Step::kMaximum || op == Step::kMinimum))
+                     op = static_cast<Step::Op>(d.integer(0, Step::kCount - 1));
+                   const size_t a = op <= Step::kLastBinary ? d.integer(0, values - 1) : values - 1 - d.integer(0, 1);
                    program.push_back({op, a, static_cast<size_t>(d.integer(0, values - 1)), d.integer(0, 2)});
                  }
                  const size_t n_inputs = inputs.size();
