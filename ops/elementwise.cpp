@@ -377,12 +377,9 @@ template <bool kIsMax>
 struct Extremum {
   static constexpr const char* kName = kIsMax ? "maximum" : "minimum";
   static constexpr Precision kPrecision = Precision::kPromote;
-  struct Ctx : autograd::Ctx {
-    Shape a_shape, b_shape;
-  };
+  using Ctx = autograd::Ctx;
   static Tensor forward(Ctx& ctx, const Tensor& a, const Tensor& b) {
     check_binary(kName, a, b, /*integers=*/true);
-    ctx.a_shape = a.shape(), ctx.b_shape = b.shape();
     if (ctx.recording) ctx.save_for_backward(a, b);
     return kernels::binary(kIsMax ? BinaryOp::kMaximum : BinaryOp::kMinimum, a, b);
   }
@@ -397,8 +394,8 @@ struct Extremum {
     auto grad = [&](BinaryOp loses, const Shape& shape) {
       return ops::sum_to(kernels::where(kernels::binary(loses, a, b), zero, shared), shape);
     };
-    return {ctx.needs_input_grad(0) ? grad(a_loses, ctx.a_shape) : Tensor(),
-            ctx.needs_input_grad(1) ? grad(b_loses, ctx.b_shape) : Tensor()};
+    return {ctx.needs_input_grad(0) ? grad(a_loses, a.shape()) : Tensor(),
+            ctx.needs_input_grad(1) ? grad(b_loses, b.shape()) : Tensor()};
   }
 };
 using Maximum = Extremum<true>;
