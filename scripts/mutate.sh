@@ -13,9 +13,10 @@
 #
 # The one idea: mutate a copy, never the checkout. The working tree (uncommitted edits included, not git's
 # state) is copied into SCRATCH/src file by file, only files that differ, so a second run rebuilds only what
-# changed since the first. One build (CUDA off, Release, ccache); then per mutation: apply it (it must match
-# exactly once, else the script stops: a list that silently stopped matching would report nothing), rebuild
-# incrementally, run `ctest -L cpu` with --stop-on-failure (one failing test kills the mutant), restore the file.
+# changed since the first. One build (CUDA off, Release, ccache where installed); then per mutation: apply it (it
+# must match exactly once, else the script stops: a list that silently stopped matching would report nothing),
+# rebuild incrementally, run `ctest -L cpu` with --stop-on-failure (one failing test kills the mutant), restore the
+# file.
 #
 # Outcomes: KILLED (a test failed or timed out, or a static_assert failed at compile time: a test of the
 # constants); SURVIVED (everything passed); BUILD-FAILED (the mutant does not compile for another reason: a
@@ -140,9 +141,11 @@ sync_tree
 # Every mutation must apply before anything is built.
 for i in "${!IDS[@]}"; do apply_mutation --check "$SRC/${FILES[$i]}" "${SEARCHES[$i]}" "${REPLACES[$i]}" || exit 2; done
 if [[ ! -f $BUILD/build.ninja ]]; then
+  # ccache when there is one (setup.sh does not install it): a core/ mutant rebuilds everything
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA=OFF -DMIXTAPE_WERROR=OFF \
-        -DMIXTAPE_BUILD_BENCH=OFF -DMIXTAPE_BUILD_EXAMPLES=OFF -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
-        >"$LOGS/configure.log"
+        -DMIXTAPE_BUILD_BENCH=OFF -DMIXTAPE_BUILD_EXAMPLES=OFF "${launcher[@]}" >"$LOGS/configure.log"
 fi
 echo "mutate.sh: building the unmutated copy"
 if ! build "$LOGS/baseline-build.log"; then
