@@ -371,9 +371,10 @@ struct Step {
 };
 
 std::string describe(const std::vector<Step>& program, size_t inputs) {
-  static const char* const kNames[] = {"add", "mul",  "sub",     "divide", "maximum", "minimum",
-                                       "where a > 0", "tanh", "relu", "sigmoid", "abs", "clamp(-0.6, 0.7)",
-                                       "sum", "mean", "max", "min", "softmax", "log_softmax"};
+  static const char* const kNames[] = {
+      "add",  "mul",  "sub",  "divide", "maximum", "minimum", "where a > 0",  // of two values
+      "tanh", "relu", "sigmoid", "abs", "clamp(-0.6, 0.7)",                  // of one
+      "sum",  "mean", "max",  "min",    "softmax", "log_softmax"};           // over a dim
   static_assert(std::size(kNames) == Step::kCount);
   std::ostringstream os;
   for (size_t i = 0; i < program.size(); ++i) {
