@@ -16,6 +16,13 @@ inline std::vector<int64_t> all_dims(const Tensor& t) {
   return dims;
 }
 
+/// A 0-d tensor holding `value` (rounded to `dtype`) on `device`: an operand that broadcasts against anything.
+inline Tensor scalar_like(double value, DType dtype, Device device) {
+  return scalar_tensor(value, TensorOptions(dtype).device(device));
+}
+/// The same in `like`'s dtype and on its device.
+inline Tensor scalar_like(double value, const Tensor& like) { return scalar_like(value, like.dtype(), like.device()); }
+
 /// `op` over every element of `t`: a 0-d tensor in `out_dtype`.
 inline Tensor reduce_all(kernels::ReduceOp op, const Tensor& t, DType out_dtype) {
   return kernels::reduce(op, t, all_dims(t), /*keepdim=*/false, out_dtype);

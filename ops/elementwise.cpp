@@ -19,6 +19,7 @@ using autograd::Grads;
 using kernels::BinaryOp;
 using kernels::ScalarOp;
 using kernels::UnaryOp;
+using ops::scalar_like;
 
 namespace {
 
@@ -338,11 +339,6 @@ struct Abs {
   }
 };
 MT_REGISTER_OP(Abs);
-
-/// A 0-d tensor of `like`'s dtype and device holding `value` (rounded to that dtype).
-Tensor scalar_like(double value, const Tensor& like) {
-  return full({}, value, TensorOptions(like.dtype()).device(like.device()));
-}
 
 struct Clamp {
   static constexpr const char* kName = "clamp";

@@ -28,12 +28,9 @@ using autograd::Grads;
 using kernels::BinaryOp;
 using kernels::ReduceOp;
 using kernels::ScalarOp;
+using ops::scalar_like;
 
 namespace {
-
-Tensor scalar_like(double v, DType dtype, Device device) {
-  return scalar_tensor(v, TensorOptions(dtype).device(device));
-}
 
 // ---- class-index targets (cross_entropy, nll_loss) ------------------------------------------
 

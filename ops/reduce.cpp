@@ -127,7 +127,7 @@ struct Extremum {
     const DType acc = acc_dtype(dy.dtype());
     const Tensor k = ops::reduce_all(ReduceOp::kSum, is_extremum, acc);
     const Tensor part = raw::to(kernels::binary(BinaryOp::kDiv, raw::to(dy, acc), k), dy.dtype());
-    return kernels::where(is_extremum, part, zeros({}, TensorOptions(dy.dtype()).device(dy.device())));
+    return kernels::where(is_extremum, part, ops::scalar_like(0, dy));
   }
 };
 using Max = Extremum<true>;
