@@ -16,26 +16,49 @@
 // conv2d of some strided inputs that 1.13 cannot view). batch_norm's backward in 1.13 is wrong on non-contiguous
 // inputs, so LibTorch gets contiguous copies of them there.
 //
-// Built where LibTorch is found (Debian's libtorch-dev, which setup.sh does not install); both libraries share
-// this process, each on one thread.
+// Two builds of this file. test_libtorch (where LibTorch is found: Debian's libtorch-dev, which setup.sh does not
+// install) asks LibTorch live; both libraries share the process, each on one thread. test_libtorch_replay (every
+// build, so CI) has no LibTorch: it draws the same calls from the same seeds and compares mixtape's answers with
+// LibTorch's as recorded in tests/golden/libtorch_ops.json.gz, its outcome of each call (error, sizes, dtype, values,
+// gradients) and a fingerprint of the call's inputs, so that a generator changed since the recording is reported
+// as such and not compared with answers to other calls. After changing a generator, record again where LibTorch is:
+//   build/tests/test_libtorch --run_test=libtorch/record_libtorchs_answers
+#if MIXTAPE_WITH_LIBTORCH
 #include <torch/torch.h>
+#endif
+
+#include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include <mixtape/core/atomic_file.h>
 #include <mixtape/ops/ops.h>
 
 #include "test_util.h"
 
 namespace mt = mixtape;
 using Sizes = std::vector<int64_t>;
+
+#if MIXTAPE_WITH_LIBTORCH
+using LibTorchTensor = torch::Tensor;
+#define LIBTORCH_SIDE(...) __VA_ARGS__
+#else
+struct LibTorchTensor {};  // the replay build: LibTorch's side of a call is read from the golden file, never run
+#define LIBTORCH_SIDE(...) nullptr
+#endif
 
 namespace {
 
@@ -135,7 +158,7 @@ T viewed(T t, const Input& in) {
 }
 
 using MtFn = std::function<mt::Tensor(const std::vector<mt::Tensor>&)>;
-using TorchFn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
+using TorchFn = std::function<LibTorchTensor(const std::vector<LibTorchTensor>&)>;
 
 struct Call {
   std::string what;  // the op and its options
@@ -211,6 +234,7 @@ Outcome run_mixtape(const Call& call) {
   return o;
 }
 
+#if MIXTAPE_WITH_LIBTORCH
 std::vector<double> doubles(const torch::Tensor& t) {
   const torch::Tensor c = t.detach().to(torch::kDouble).contiguous();
   return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
@@ -252,7 +276,8 @@ Outcome run_torch(const Call& call) {
           o.grads.emplace_back(std::nullopt);
       }
     } catch (const std::exception& e) {
-      o.backward_error = e.what();
+      const std::string what = e.what();
+      o.backward_error = what.substr(0, what.find('\n'));  // the message, not LibTorch's backtrace
     }
   } catch (const std::exception& e) {
     const std::string what = e.what();
@@ -260,6 +285,7 @@ Outcome run_torch(const Call& call) {
   }
   return o;
 }
+#endif
 
 /// The first element where `got` is off `want` by more than bound·max(1, max |want|), or nothing.
 std::optional<std::string> differ(const std::vector<double>& got, const std::vector<double>& want, double bound) {
@@ -283,9 +309,8 @@ bool mentions(const std::string& message, const std::vector<std::string>& words)
                      [&](const std::string& w) { return message.find(w) != std::string::npos; });
 }
 
-/// What is wrong with mixtape's answer to `call`, or nothing.
-std::optional<std::string> check(const Call& call) {
-  const Outcome m = run_mixtape(call), t = run_torch(call);
+/// What is wrong with mixtape's answer `m` to `call`, against LibTorch's `t`, or nothing.
+std::optional<std::string> check(const Call& call, const Outcome& m, const Outcome& t) {
   if (m.error && m.error->rfind("mixtape::Error", 0) != 0)
     return "threw something else than mixtape::Error: " + *m.error;
   if (m.error && !t.error) {
@@ -352,7 +377,7 @@ struct Generator {
 };
 
 #define MIXTAPE_CALL(expr) [=](const std::vector<mt::Tensor>& a) -> mt::Tensor { return expr; }
-#define LIBTORCH_CALL(expr) [=](const std::vector<torch::Tensor>& a) -> torch::Tensor { return expr; }
+#define LIBTORCH_CALL(expr) LIBTORCH_SIDE([=](const std::vector<torch::Tensor>& a) -> torch::Tensor { return expr; })
 
 /// One step of a random program: an op over earlier values (the inputs first, then each step's result).
 struct Step {
@@ -387,29 +412,37 @@ std::string describe(const std::vector<Step>& program, size_t inputs) {
   return os.str();
 }
 
+/// max and min along a dim: mixtape returns the values, LibTorch (values, indices).
+mt::Tensor values_of(const mt::Tensor& max) {
+  return max;
+}
+
+/// A 0-d zero of x's library (where's condition in a program).
+mt::Tensor zero_of(const mt::Tensor&) {
+  return mt::zeros({});
+}
+
+#if MIXTAPE_WITH_LIBTORCH
 /// An optional bound as LibTorch takes it (c10::optional<Scalar>).
 c10::optional<c10::Scalar> scalar(std::optional<double> v) {
   if (!v) return c10::nullopt;
   return c10::Scalar(*v);
 }
 
-/// max and min along a dim: mixtape returns the values, LibTorch (values, indices).
-mt::Tensor values_of(const mt::Tensor& max) {
-  return max;
-}
 torch::Tensor values_of(const std::tuple<torch::Tensor, torch::Tensor>& max) {
   return std::get<0>(max);
 }
+
+torch::Tensor zero_of(const torch::Tensor&) {
+  return torch::zeros({});
+}
+#endif
 
 /// Runs `program` over `inputs` with either library's ops: their names and arguments are the same, and the
 /// unqualified calls find mixtape's or ATen's by the argument's namespace.
 template <class T>
 T run_program(const std::vector<Step>& program, const std::vector<T>& inputs) {
-  T zero;
-  if constexpr (std::is_same_v<T, mt::Tensor>)
-    zero = mt::zeros({});
-  else
-    zero = torch::zeros({});
+  const T zero = zero_of(inputs[0]);
   std::vector<T> v = inputs;
   for (const Step& s : program) {
     const T a = v[s.a], b = v[s.b];
@@ -496,7 +529,7 @@ std::vector<Generator> generators() {
 
   // Reductions and row ops over dims: negative, repeated (sum/mean refuse both), out of range.
   auto over_dims = [&](std::string op, std::function<mt::Tensor(const mt::Tensor&, Sizes, bool)> m,
-                       std::function<torch::Tensor(const torch::Tensor&, Sizes, bool)> t) {
+                       std::function<LibTorchTensor(const LibTorchTensor&, Sizes, bool)> t) {
     g.push_back({op, [=](Draw& d) {
                    const Sizes s = sizes(d);
                    Sizes dims(d.integer(0, std::max<int64_t>(s.size(), 1)));
@@ -510,14 +543,14 @@ std::vector<Generator> generators() {
   };
   over_dims(
       "sum", [](const mt::Tensor& x, Sizes dims, bool k) { return mt::sum(x, dims, k); },
-      [](const torch::Tensor& x, Sizes dims, bool k) { return torch::sum(x, dims, k); });
+      LIBTORCH_SIDE([](const torch::Tensor& x, Sizes dims, bool k) { return torch::sum(x, dims, k); }));
   over_dims(
       "mean", [](const mt::Tensor& x, Sizes dims, bool k) { return mt::mean(x, dims, k); },
-      [](const torch::Tensor& x, Sizes dims, bool k) { return torch::mean(x, dims, k); });
+      LIBTORCH_SIDE([](const torch::Tensor& x, Sizes dims, bool k) { return torch::mean(x, dims, k); }));
 
   // Ops of one dim (keepdim, or a second choice, in `flag`).
   auto over_dim = [&](std::string op, std::function<mt::Tensor(const mt::Tensor&, int64_t, bool)> m,
-                      std::function<torch::Tensor(const torch::Tensor&, int64_t, bool)> t,
+                      std::function<LibTorchTensor(const LibTorchTensor&, int64_t, bool)> t,
                       std::vector<std::string> torch_refused = {}) {
     g.push_back({op, [=](Draw& d) {
                    const Sizes s = sizes(d);
@@ -535,37 +568,45 @@ std::vector<Generator> generators() {
   // PyTorch refuses a max over an empty dim even when the result is empty too; mixtape returns the empty result.
   over_dim(
       "max", [](const mt::Tensor& x, int64_t dim, bool k) { return mt::max(x, dim, k); },
-      [](const torch::Tensor& x, int64_t dim, bool k) { return std::get<0>(torch::max(x, dim, k)); },
+      LIBTORCH_SIDE([](const torch::Tensor& x, int64_t dim, bool k) { return std::get<0>(torch::max(x, dim, k)); }),
       {"Expected reduction dim"});
   over_dim(
       "argmax", [](const mt::Tensor& x, int64_t dim, bool k) { return mt::argmax(x, dim, k); },
-      [](const torch::Tensor& x, int64_t dim, bool k) { return torch::argmax(x, dim, k); }, {"Expected reduction dim"});
+      LIBTORCH_SIDE([](const torch::Tensor& x, int64_t dim, bool k) { return torch::argmax(x, dim, k); }),
+      {"Expected reduction dim"});
   over_dim(
       "min", [](const mt::Tensor& x, int64_t dim, bool k) { return mt::min(x, dim, k); },
-      [](const torch::Tensor& x, int64_t dim, bool k) { return std::get<0>(torch::min(x, dim, k)); },
+      LIBTORCH_SIDE([](const torch::Tensor& x, int64_t dim, bool k) { return std::get<0>(torch::min(x, dim, k)); }),
       {"Expected reduction dim"});
   over_dim(
       "argmin", [](const mt::Tensor& x, int64_t dim, bool k) { return mt::argmin(x, dim, k); },
-      [](const torch::Tensor& x, int64_t dim, bool k) { return torch::argmin(x, dim, k); }, {"Expected reduction dim"});
+      LIBTORCH_SIDE([](const torch::Tensor& x, int64_t dim, bool k) { return torch::argmin(x, dim, k); }),
+      {"Expected reduction dim"});
   over_dim(
       "softmax", [](const mt::Tensor& x, int64_t dim, bool) { return mt::softmax(x, dim); },
-      [](const torch::Tensor& x, int64_t dim, bool) { return torch::softmax(x, dim); });
+      LIBTORCH_SIDE([](const torch::Tensor& x, int64_t dim, bool) { return torch::softmax(x, dim); }));
   over_dim(
       "log_softmax", [](const mt::Tensor& x, int64_t dim, bool) { return mt::log_softmax(x, dim); },
-      [](const torch::Tensor& x, int64_t dim, bool) { return torch::log_softmax(x, dim); });
+      LIBTORCH_SIDE([](const torch::Tensor& x, int64_t dim, bool) { return torch::log_softmax(x, dim); }));
   over_dim(
       "squeeze", [](const mt::Tensor& x, int64_t dim, bool) { return x.squeeze(dim) * 1.0; },
-      [](const torch::Tensor& x, int64_t dim, bool) { return x.squeeze(dim) * 1.0; });
+      LIBTORCH_SIDE([](const torch::Tensor& x, int64_t dim, bool) { return x.squeeze(dim) * 1.0; }));
   over_dim(
       "unsqueeze", [](const mt::Tensor& x, int64_t dim, bool end) { return x.unsqueeze(end ? dim : dim + 1) * 1.0; },
-      [](const torch::Tensor& x, int64_t dim, bool end) { return x.unsqueeze(end ? dim : dim + 1) * 1.0; });
+      LIBTORCH_SIDE([](const torch::Tensor& x, int64_t dim, bool end) {
+        return x.unsqueeze(end ? dim : dim + 1) * 1.0;
+      }));
   over_dim(
       "select the first or last",
       [](const mt::Tensor& x, int64_t dim, bool first) { return x.select(dim, first ? 0 : -1) * 1.0; },
-      [](const torch::Tensor& x, int64_t dim, bool first) { return x.select(dim, first ? 0 : -1) * 1.0; });
+      LIBTORCH_SIDE([](const torch::Tensor& x, int64_t dim, bool first) {
+        return x.select(dim, first ? 0 : -1) * 1.0;
+      }));
   over_dim(
       "flatten", [](const mt::Tensor& x, int64_t dim, bool from) { return from ? x.flatten(dim) : x.flatten(0, dim); },
-      [](const torch::Tensor& x, int64_t dim, bool from) { return from ? x.flatten(dim) : x.flatten(0, dim); });
+      LIBTORCH_SIDE([](const torch::Tensor& x, int64_t dim, bool from) {
+        return from ? x.flatten(dim) : x.flatten(0, dim);
+      }));
 
   // Views.
   g.push_back({"transpose", [](Draw& d) {
@@ -695,10 +736,10 @@ std::vector<Generator> generators() {
                  o.stride[i] = stride[i], o.padding[i] = padding[i], o.dilation[i] = dilation[i];
                return mt::conv2d(a[0], a[1], a.size() > 2 ? a[2] : mt::Tensor(), o);
              },
-             [=](const std::vector<torch::Tensor>& a) {
+             LIBTORCH_SIDE([=](const std::vector<torch::Tensor>& a) {
                return torch::conv2d(a[0], a[1], a.size() > 2 ? a[2] : torch::Tensor(), {stride[0], stride[1]},
                                     {padding[0], padding[1]}, {dilation[0], dilation[1]});
-             });
+             }));
          if (d.chance(0.6)) c.what += " with bias", c.inputs.push_back(floats(d, {co}));
          c.bound = 2e-4;  // Winograd's transforms: a few 1e-6 of the largest output more (ops/ops.h)
          c.torch_refused = {"view size is not compatible"};  // 1.13 on some strided inputs
@@ -725,13 +766,13 @@ std::vector<Generator> generators() {
                            o.kernel_size[i] = k[i], o.stride[i] = stride[i], o.padding[i] = padding[i];
                          return is_max ? mt::max_pool2d(a[0], o) : mt::avg_pool2d(a[0], o);
                        },
-                       [=](const std::vector<torch::Tensor>& a) {
+                       LIBTORCH_SIDE([=](const std::vector<torch::Tensor>& a) {
                          // PyTorch's stride [] is the kernel's, as mixtape's 0 is (per dim).
                          Sizes s = {stride[0] ? stride[0] : k[0], stride[1] ? stride[1] : k[1]};
                          if (stride[0] == 0 && stride[1] == 0) s = {};
                          return is_max ? torch::max_pool2d(a[0], {k[0], k[1]}, s, {padding[0], padding[1]})
                                        : torch::avg_pool2d(a[0], {k[0], k[1]}, s, {padding[0], padding[1]});
-                       });
+                       }));
                  }});
   }
 
@@ -748,10 +789,10 @@ std::vector<Generator> generators() {
                        return mt::layer_norm(a[0], mt::Shape(normalized), weight ? a[1] : mt::Tensor(),
                                              bias ? a.back() : mt::Tensor());
                      },
-                     [=](const std::vector<torch::Tensor>& a) {
+                     LIBTORCH_SIDE([=](const std::vector<torch::Tensor>& a) {
                        return torch::layer_norm(a[0], normalized, weight ? a[1] : torch::Tensor(),
                                                 bias ? a.back() : torch::Tensor());
-                     });
+                     }));
                  if (weight) c.inputs.push_back(floats(d, normalized));
                  if (bias) c.inputs.push_back(floats(d, normalized));
                  c.bound = 5e-4;  // 1/σ amplifies the mean's rounding in rows of nearly equal values
@@ -771,10 +812,10 @@ std::vector<Generator> generators() {
                        return mt::batch_norm(a[0], mt::from_vector(mean, {C}), mt::from_vector(var, {C}),
                                              affine ? a[1] : mt::Tensor(), affine ? a[2] : mt::Tensor(), training);
                      },
-                     [=](const std::vector<torch::Tensor>& a) {
+                     LIBTORCH_SIDE([=](const std::vector<torch::Tensor>& a) {
                        return torch::batch_norm(a[0], affine ? a[1] : torch::Tensor(), affine ? a[2] : torch::Tensor(),
                                                 torch::tensor(mean), torch::tensor(var), training, 0.1, 1e-5, false);
-                     });
+                     }));
                  if (affine) c.inputs.push_back(floats(d, {C})), c.inputs.push_back(floats(d, {C}));
                  c.bound = 5e-4;
                  c.torch_contiguous = true;  // 1.13's backward is wrong on transposed and expanded inputs
@@ -802,10 +843,10 @@ std::vector<Generator> generators() {
                          if (nll) return mt::nll_loss(a[0], a[1], {mt_reduction(reduction), ignore});
                          return mt::cross_entropy(a[0], a[1], {mt_reduction(reduction), ignore, smoothing});
                        },
-                       [=](const std::vector<torch::Tensor>& a) {
+                       LIBTORCH_SIDE([=](const std::vector<torch::Tensor>& a) {
                          if (nll) return torch::nll_loss_nd(a[0], a[1], {}, reduction, ignore);
                          return torch::cross_entropy_loss(a[0], a[1], {}, reduction, ignore, smoothing);
-                       },
+                       }),
                        2e-4);
                  }});
   }
@@ -828,11 +869,14 @@ std::vector<Generator> generators() {
                  const int64_t size = s.empty() ? 1 : s[((dim % static_cast<int64_t>(s.size())) + s.size()) % s.size()];
                  Input index = indices(d, {d.pick<int64_t>({0, 1, 3, 5})}, d.chance(0.1) ? -1 : 0,
                                        size - 1 + (d.chance(0.05) ? 1 : 0));
-                 Call c = make_call("index_select dim " + std::to_string(dim), {floats(d, s), index},
-                                    MIXTAPE_CALL(mt::index_select(a[0], dim, a[1])),
-                                    LIBTORCH_CALL(torch::index_select(a[0], dim, a[1])));
-                 c.refused = {"at least 1 dim"};  // 1.13 returns a 0-d x for any index
-                 return c;
+                 // mixtape refuses a 0-d x; 1.13 answers x[0] for any index, read out of bounds for all but 0 (so
+                 // its answers would change from run to run): asked only with x of one dim or more.
+                 return make_call("index_select dim " + std::to_string(dim), {floats(d, s), index},
+                                  MIXTAPE_CALL(mt::index_select(a[0], dim, a[1])),
+                                  LIBTORCH_SIDE([=](const std::vector<torch::Tensor>& a) {
+                                    if (a[0].dim() == 0) throw std::invalid_argument("index_select of a 0-d tensor");
+                                    return torch::index_select(a[0], dim, a[1]);
+                                  }));
                }});
   g.push_back({"cat", [](Draw& d) {
                  const Sizes s = sizes(d, 1, 3);
@@ -924,22 +968,115 @@ std::vector<Generator> generators() {
                  Call c = make_call(
                      "program " + describe(program, n_inputs), std::move(inputs),
                      [=](const std::vector<mt::Tensor>& a) { return run_program(program, a); },
-                     [=](const std::vector<torch::Tensor>& a) { return run_program(program, a); });
+                     LIBTORCH_SIDE([=](const std::vector<torch::Tensor>& a) { return run_program(program, a); }));
                  return c;
                }});
   return g;
 }
 
-/// `rounds` calls of every generator, from seeds of their own; each problem reported with its call.
-void compare_with_libtorch(Values values, int rounds) {
-  torch::set_num_threads(1);
+// ---- comparing: live, recording, replaying --------------------------------------------------------------------
+
+/// JSON whose floating-point numbers are f32s: LibTorch's answers are f32 values (or integers), and an f32 prints
+/// and reads back exactly in at most 9 digits.
+using Json = nlohmann::basic_json<std::map, std::vector, std::string, bool, std::int64_t, std::uint64_t, float>;
+
+const char* const kGoldenFile = MIXTAPE_GOLDEN_DIR "/libtorch_ops.json.gz";
+constexpr int kRounds = 400;        // calls of each generator asked live, with uniform and with tied values
+constexpr int kGoldenRounds = 100;  // the first of them, recorded (the file's size: ~0.8 MB)
+constexpr size_t kGoldenValues = 32;  // values a recorded tensor keeps (below)
+
+const char* values_name(Values values) {
+  return values == Values::kUniform ? "uniform" : "ties";
+}
+
+/// What the call is: its words and its inputs' views and values, hashed (FNV-1a), so that a golden answer is only
+/// ever compared with mixtape's answer to the very call it answered.
+std::string fingerprint(const Call& call) {
+  uint64_t h = 14695981039346656037ull;
+  const auto mix = [&](const void* data, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
+  };
+  mix(call.what.data(), call.what.size());
+  for (const Input& in : call.inputs) {
+    const std::string d = in.describe();
+    mix(d.data(), d.size());
+    mix(in.values.data(), in.values.size() * sizeof(double));
+  }
+  std::ostringstream os;
+  os << std::hex << h;
+  return os.str();
+}
+
+/// A recorded outcome keeps each tensor of more than kGoldenValues elements (values, gradients) as kGoldenValues of
+/// them, evenly spaced, then the largest finite |value| and the mean of all: the file stays small, the comparison
+/// keeps its scale (differ's bound is relative to the largest value), and an error off the sampled elements still
+/// moves the mean. Sizes and dtypes are kept whole. Mixtape's answer is thinned the same way before it is compared.
+Outcome thinned(Outcome o) {
+  const auto thin = [](std::vector<double>& v) {
+    const size_t n = v.size();
+    if (n <= kGoldenValues) return;
+    std::vector<double> kept;
+    double largest = 0, sum = 0;
+    for (size_t i = 0; i < kGoldenValues; ++i) kept.push_back(v[i * n / kGoldenValues]);
+    for (double x : v) {
+      if (std::isfinite(x)) largest = std::max(largest, std::fabs(x));
+      sum += x;
+    }
+    kept.push_back(largest);
+    kept.push_back(sum / n);
+    v = std::move(kept);
+  };
+  thin(o.values);
+  for (auto& g : o.grads)
+    if (g) thin(*g);
+  return o;
+}
+
+std::vector<double> decode(const Json& a) {
+  std::vector<double> values;
+  values.reserve(a.size());
+  for (const Json& v : a) {
+    if (!v.is_string()) {
+      values.push_back(v.get<double>());
+      continue;
+    }
+    const std::string s = v.get<std::string>();
+    values.push_back(s == "nan" ? std::nan("") : s == "inf" ? INFINITY : -INFINITY);
+  }
+  return values;
+}
+
+Outcome outcome_from(const Json& j) {
+  Outcome o;
+  if (j.contains("error")) {
+    o.error = j["error"].get<std::string>();
+    return o;
+  }
+  o.sizes = j["sizes"].get<Sizes>();
+  o.dtype = j["dtype"].get<std::string>();
+  o.values = decode(j["values"]);
+  if (j.contains("backward_error")) o.backward_error = j["backward_error"].get<std::string>();
+  if (j.contains("grads"))
+    for (const Json& g : j["grads"]) o.grads.emplace_back(g.is_null() ? std::nullopt : std::optional(decode(g)));
+  return o;
+}
+
+/// Draws `rounds` calls of every generator, from seeds of their own, and compares mixtape's answer to each with
+/// LibTorch's, `libtorch(generator, round, call)`; each problem reported with its call. A generator stops at the
+/// first call `libtorch` has no answer to (it said why).
+void compare_with_libtorch(Values values, int rounds,
+                           const std::function<std::optional<Outcome>(size_t, int, const Call&)>& libtorch,
+                           bool recorded = false) {
   const std::vector<Generator> all = generators();
   for (size_t gi = 0; gi < all.size(); ++gi) {
     Draw d{std::mt19937_64(1000 + gi), values};
     int problems = 0;
     for (int round = 0; round < rounds; ++round) {
       const Call call = all[gi].draw(d);
-      const std::optional<std::string> problem = check(call);
+      const std::optional<Outcome> theirs = libtorch(gi, round, call);
+      if (!theirs) break;
+      const Outcome ours = recorded ? thinned(run_mixtape(call)) : run_mixtape(call);
+      const std::optional<std::string> problem = check(call, ours, *theirs);
       if (!problem) continue;
       if (++problems > 3) continue;  // the first three of an op tell the story
       std::ostringstream inputs;
@@ -950,16 +1087,133 @@ void compare_with_libtorch(Values values, int rounds) {
   }
 }
 
+std::string read_gzip(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  BOOST_TEST_REQUIRE(f != nullptr, "cannot open " << path);
+  std::string text;
+  char buffer[1 << 16];
+  int n;
+  while ((n = gzread(f, buffer, sizeof buffer)) > 0) text.append(buffer, n);
+  const bool ok = n == 0;
+  gzclose(f);
+  BOOST_TEST_REQUIRE(ok, "cannot read " << path << " (gzip)");
+  return text;
+}
+
+#if MIXTAPE_WITH_LIBTORCH
+/// Values as JSON: whole numbers as integers (indices, booleans, tied values; -0 becomes 0, which compares equal),
+/// others as f32s, and "nan", "inf", "-inf" (which JSON lacks).
+Json encode(const std::vector<double>& values) {
+  Json a = Json::array();
+  for (double v : values) {
+    if (!std::isfinite(v))
+      a.push_back(std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+    else if (v == std::trunc(v) && std::fabs(v) < 0x1p53)
+      a.push_back(static_cast<int64_t>(v));
+    else
+      a.push_back(static_cast<float>(v));
+  }
+  return a;
+}
+
+Json to_json(const Outcome& o) {
+  Json j = Json::object();
+  if (o.error) {
+    j["error"] = *o.error;
+    return j;
+  }
+  j["sizes"] = o.sizes;
+  j["dtype"] = o.dtype;
+  j["values"] = encode(o.values);
+  if (o.backward_error) j["backward_error"] = *o.backward_error;
+  if (o.grads.empty()) return j;
+  Json grads = Json::array();
+  for (const auto& g : o.grads) grads.push_back(g ? encode(*g) : Json());
+  j["grads"] = std::move(grads);
+  return j;
+}
+
+std::string gzip(const std::string& text) {
+  z_stream z{};
+  BOOST_TEST_REQUIRE(deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 9, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::string out(deflateBound(&z, text.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = text.size();
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = out.size();
+  const int done = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  BOOST_TEST_REQUIRE(done == Z_STREAM_END);
+  return out;
+}
+
+std::optional<Outcome> ask_libtorch(size_t, int, const Call& call) {
+  return run_torch(call);
+}
+#endif
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(libtorch)
 
+#if MIXTAPE_WITH_LIBTORCH
 BOOST_AUTO_TEST_CASE(random_calls_answer_as_libtorch_does, MT_CPU_TEST) {
-  compare_with_libtorch(Values::kUniform, 400);
+  torch::set_num_threads(1);
+  compare_with_libtorch(Values::kUniform, kRounds, ask_libtorch);
 }
 
 BOOST_AUTO_TEST_CASE(random_calls_with_tied_values_answer_as_libtorch_does, MT_CPU_TEST) {
-  compare_with_libtorch(Values::kTies, 400);
+  torch::set_num_threads(1);
+  compare_with_libtorch(Values::kTies, kRounds, ask_libtorch);
+}
+
+// Writes tests/golden/libtorch_ops.json.gz: LibTorch's answer to every call the live cases draw. Run by name only.
+BOOST_AUTO_TEST_CASE(record_libtorchs_answers, *boost::unit_test::disabled()) {
+  torch::set_num_threads(1);
+  const std::vector<Generator> all = generators();
+  Json generators = Json::array();
+  for (size_t gi = 0; gi < all.size(); ++gi) {
+    Json g = {{"op", all[gi].op}};
+    for (const Values values : {Values::kUniform, Values::kTies}) {
+      Draw d{std::mt19937_64(1000 + gi), values};
+      Json calls = Json::array();
+      for (int round = 0; round < kGoldenRounds; ++round) {
+        const Call call = all[gi].draw(d);
+        calls.push_back({{"call", fingerprint(call)}, {"libtorch", to_json(thinned(run_torch(call)))}});
+      }
+      g[values_name(values)] = std::move(calls);
+    }
+    generators.push_back(std::move(g));
+  }
+  const Json golden = {{"libtorch", TORCH_VERSION}, {"rounds", kGoldenRounds}, {"generators", std::move(generators)}};
+  mt::write_file_atomically("record_libtorchs_answers", kGoldenFile, gzip(golden.dump()));
+  BOOST_TEST_MESSAGE("wrote " << kGoldenFile << " (" << std::filesystem::file_size(kGoldenFile) << " bytes)");
+}
+#endif
+
+// LibTorch's answers as recorded: every build, so CI, which has no LibTorch.
+BOOST_AUTO_TEST_CASE(random_calls_answer_as_the_recorded_libtorch_did, MT_CPU_TEST) {
+  const Json golden = Json::parse(read_gzip(kGoldenFile));
+  const Json& recorded = golden.at("generators");
+  const std::vector<Generator> all = generators();
+  BOOST_TEST_MESSAGE("replaying the answers of LibTorch " << golden.at("libtorch").get<std::string>());
+  BOOST_TEST(recorded.size() == all.size(), kGoldenFile << " answers " << recorded.size() << " generators, there are "
+                                                        << all.size() << ": record LibTorch's answers again");
+  for (const Values values : {Values::kUniform, Values::kTies}) {
+    compare_with_libtorch(values, golden.at("rounds").get<int>(), [&](size_t gi, int round, const Call& call) {
+      std::optional<Outcome> answer;
+      const Json* calls = gi < recorded.size() && recorded[gi].at("op") == all[gi].op
+                              ? &recorded[gi].at(values_name(values)) : nullptr;
+      if (calls && round < static_cast<int>(calls->size()) && (*calls)[round].at("call") == fingerprint(call))
+        answer = outcome_from((*calls)[round].at("libtorch"));
+      else
+        BOOST_ERROR(all[gi].op << " (" << values_name(values) << " values, call " << round << ": " << call.what
+                               << ") is not the call " << kGoldenFile << " recorded: the generators changed since. "
+                               << "Record LibTorch's answers again (tests/test_libtorch.cpp's header says how).");
+      return answer;
+    }, true);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
