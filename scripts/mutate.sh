@@ -10,6 +10,8 @@
 #     -c COMMAND    run COMMAND (bash, in SCRATCH/build) instead of the CPU suite: does this one test kill the
 #                   mutant? e.g. -c 'tests/test_autograd --run_test=autograd/gradients_accumulate_into_leaves'
 #     --no-baseline skip the run of the unmutated suite (only when the scratch copy is known green)
+#     --check-list  only check that every mutation of the list applies to the working tree (its search text occurs
+#                   exactly once), and stop: ctest's `mutations_apply` runs this, so that the list cannot go stale
 #
 # The one idea: mutate a copy, never the checkout. The working tree (uncommitted edits included, not git's
 # state) is copied into SCRATCH/src file by file, only files that differ, so a second run rebuilds only what
@@ -25,7 +27,7 @@
 #
 # Left out of the suite: the MNIST end-to-end run (minutes per mutant), the checkpoint suite (its writer is
 # killed 100 times; it tests files, not the maths), test_install and check_layers (CMake packaging and include
-# rules, which no mutation of the maths changes).
+# rules, which no mutation of the maths changes), and mutations_apply (which a mutated copy fails by design).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,8 +36,9 @@ FILTER=
 SCRATCH=$ROOT/build-mutate
 JOBS=2
 BASELINE=1
+CHECK_LIST=0
 CHECK_CMD=
-EXCLUDE='^(test_mnist_e2e|test_checkpoint|test_install|check_layers)$'
+EXCLUDE='^(test_mnist_e2e|test_checkpoint|test_install|check_layers|mutations_apply)$'
 TEST_TIMEOUT=300  # a mutant that loops forever is killed by the timeout
 
 while (($#)); do
@@ -46,13 +49,13 @@ while (($#)); do
     -j) JOBS=$2; shift 2 ;;
     -c) CHECK_CMD=$2; shift 2 ;;
     --no-baseline) BASELINE=0; shift ;;
+    --check-list) CHECK_LIST=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "mutate.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
 
 SRC=$SCRATCH/src BUILD=$SCRATCH/build LOGS=$SCRATCH/logs
-mkdir -p "$SRC" "$LOGS"
 
 # ---- the list ----------------------------------------------------------------------------------------------
 # id @@ file @@ search @@ replacement @@ description   (an id starting with '=' marks an argued-equivalent mutant)
@@ -136,6 +139,13 @@ run_suite() {
   return 1
 }
 
+if ((CHECK_LIST)); then
+  for i in "${!IDS[@]}"; do apply_mutation --check "$ROOT/${FILES[$i]}" "${SEARCHES[$i]}" "${REPLACES[$i]}" || exit 1; done
+  echo "mutate.sh: all ${#IDS[@]} mutations of $LIST apply to the working tree"
+  exit 0
+fi
+
+mkdir -p "$SRC" "$LOGS"
 START=$(date +%s)
 sync_tree
 # Every mutation must apply before anything is built.
