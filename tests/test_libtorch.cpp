@@ -263,6 +263,12 @@ std::string dtype_name(torch::ScalarType t) {
   }
 }
 
+/// A LibTorch error's message: its first line, not the backtrace (whose addresses change from run to run).
+std::string message_of(const std::exception& e) {
+  const std::string what = e.what();
+  return what.substr(0, what.find('\n'));
+}
+
 Outcome run_torch(const Call& call) {
   Outcome o;
   try {
@@ -290,12 +296,10 @@ Outcome run_torch(const Call& call) {
           o.grads.emplace_back(std::nullopt);
       }
     } catch (const std::exception& e) {
-      const std::string what = e.what();
-      o.backward_error = what.substr(0, what.find('\n'));  // the message, not LibTorch's backtrace
+      o.backward_error = message_of(e);
     }
   } catch (const std::exception& e) {
-    const std::string what = e.what();
-    o.error = what.substr(0, what.find('\n'));  // the message, not LibTorch's backtrace
+    o.error = message_of(e);
   }
   return o;
 }
@@ -524,11 +528,24 @@ std::vector<Generator> generators() {
   unary("to f16 and back", -2, 2, MIXTAPE_CALL(a[0].to(mt::kF16).to(mt::kF32)),
         LIBTORCH_CALL(a[0].to(torch::kHalf).to(torch::kFloat)));
 
-  auto binary = [&](std::string op, MtFn m, TorchFn t) {
-    g.push_back({op, [=](Draw& d) {
+  // The bound of a call in 16-bit dtypes (the 16-bit section below): 4 units in the last place of the narrowest.
+  const auto bound_of = [](std::initializer_list<mt::DType> dtypes) {
+    double bound = 1e-4;
+    for (mt::DType t : dtypes) bound = std::max(bound, t == mt::kBF16 ? 0x1p-6 : t == mt::kF16 ? 0x1p-8 : 0.0);
+    return bound;
+  };
+  // Two operands that broadcast; with `mixed_dtypes`, each in f64, f32, f16 or bf16 (the 16-bit section below).
+  auto binary = [&](std::string op, MtFn m, TorchFn t, bool mixed_dtypes = false) {
+    g.push_back({mixed_dtypes ? op + " of mixed dtypes" : op, [=](Draw& d) {
                    Sizes s = sizes(d), p = partner(d, s);
                    if (d.chance(0.5)) std::swap(s, p);
-                   return make_call(op, {floats(d, s), floats(d, p, 0.5, 2)}, m, t);  // b in [0.5, 2]: a divisor
+                   Input a = floats(d, s), b = floats(d, p, 0.5, 2);  // b in [0.5, 2]: a divisor
+                   if (!mixed_dtypes) return make_call(op, {a, b}, m, t);
+                   a.dtype = d.pick({mt::kF64, mt::kF32, mt::kF16, mt::kBF16});
+                   b.dtype = s.empty() != p.empty() ? a.dtype : d.pick({mt::kF64, mt::kF32, mt::kF16, mt::kBF16});
+                   Call c = make_call(op, {a, b}, m, t, bound_of({a.dtype, b.dtype}));
+                   c.torch_refused = {"not implemented for 'Half'"};
+                   return c;
                  }});
   };
   binary("add", MIXTAPE_CALL(mt::add(a[0], a[1])), LIBTORCH_CALL(torch::add(a[0], a[1])));
@@ -966,11 +983,6 @@ std::vector<Generator> generators() {
   // many f16 ops on the CPU ("not implemented for 'Half'"): those calls are not compared. mixtape promotes a 0-d
   // operand as any other (PyTorch does not let a 0-d tensor widen a dimensioned one of its category): such pairs get
   // one dtype here.
-  const auto bound_of = [](std::initializer_list<mt::DType> dtypes) {
-    double bound = 1e-4;
-    for (mt::DType t : dtypes) bound = std::max(bound, t == mt::kBF16 ? 0x1p-6 : t == mt::kF16 ? 0x1p-8 : 0.0);
-    return bound;
-  };
   auto unary16 = [&](std::string op, double lo, double hi, MtFn m, TorchFn t, bool torch_contiguous = false) {
     g.push_back({op + " in 16 bits", [=](Draw& d) {
                    Input x = floats(d, sizes(d), lo, hi);
@@ -1002,26 +1014,14 @@ std::vector<Generator> generators() {
   unary16("log_softmax", -2, 2, MIXTAPE_CALL(mt::log_softmax(a[0], -1)), LIBTORCH_CALL(torch::log_softmax(a[0], -1)));
   unary16("to f32", -2, 2, MIXTAPE_CALL(a[0].to(mt::kF32)), LIBTORCH_CALL(a[0].to(torch::kFloat)));
 
-  auto binary_mixed = [&](std::string op, MtFn m, TorchFn t) {
-    g.push_back({op + " of mixed dtypes", [=](Draw& d) {
-                   Sizes s = sizes(d), p = partner(d, s);
-                   if (d.chance(0.5)) std::swap(s, p);
-                   Input a = floats(d, s), b = floats(d, p, 0.5, 2);  // b in [0.5, 2]: a divisor
-                   a.dtype = d.pick({mt::kF64, mt::kF32, mt::kF16, mt::kBF16});
-                   b.dtype = s.empty() != p.empty() ? a.dtype : d.pick({mt::kF64, mt::kF32, mt::kF16, mt::kBF16});
-                   Call c = make_call(op, {a, b}, m, t, bound_of({a.dtype, b.dtype}));
-                   c.torch_refused = {"not implemented for 'Half'"};
-                   return c;
-                 }});
-  };
-  binary_mixed("add", MIXTAPE_CALL(mt::add(a[0], a[1])), LIBTORCH_CALL(torch::add(a[0], a[1])));
-  binary_mixed("sub", MIXTAPE_CALL(mt::sub(a[0], a[1])), LIBTORCH_CALL(torch::sub(a[0], a[1])));
-  binary_mixed("mul", MIXTAPE_CALL(mt::mul(a[0], a[1])), LIBTORCH_CALL(torch::mul(a[0], a[1])));
-  binary_mixed("div", MIXTAPE_CALL(mt::div(a[0], a[1])), LIBTORCH_CALL(torch::div(a[0], a[1])));
-  binary_mixed("maximum", MIXTAPE_CALL(mt::maximum(a[0], a[1])), LIBTORCH_CALL(torch::maximum(a[0], a[1])));
-  binary_mixed("minimum", MIXTAPE_CALL(mt::minimum(a[0], a[1])), LIBTORCH_CALL(torch::minimum(a[0], a[1])));
-  binary_mixed("where(a > 1, a, b)", MIXTAPE_CALL(mt::where(mt::gt(a[0], mt::ones({})), a[0], a[1])),
-               LIBTORCH_CALL(torch::where(torch::gt(a[0], 1), a[0], a[1])));
+  binary("add", MIXTAPE_CALL(mt::add(a[0], a[1])), LIBTORCH_CALL(torch::add(a[0], a[1])), true);
+  binary("sub", MIXTAPE_CALL(mt::sub(a[0], a[1])), LIBTORCH_CALL(torch::sub(a[0], a[1])), true);
+  binary("mul", MIXTAPE_CALL(mt::mul(a[0], a[1])), LIBTORCH_CALL(torch::mul(a[0], a[1])), true);
+  binary("div", MIXTAPE_CALL(mt::div(a[0], a[1])), LIBTORCH_CALL(torch::div(a[0], a[1])), true);
+  binary("maximum", MIXTAPE_CALL(mt::maximum(a[0], a[1])), LIBTORCH_CALL(torch::maximum(a[0], a[1])), true);
+  binary("minimum", MIXTAPE_CALL(mt::minimum(a[0], a[1])), LIBTORCH_CALL(torch::minimum(a[0], a[1])), true);
+  binary("where(a > 1, a, b)", MIXTAPE_CALL(mt::where(mt::gt(a[0], mt::ones({})), a[0], a[1])),
+         LIBTORCH_CALL(torch::where(torch::gt(a[0], 1), a[0], a[1])), true);
 
   // Programs: 2-3 inputs that broadcast together, 3-8 steps over them and earlier results, so that values are
   // reused and the tape sums gradients from several paths, through broadcasts and views.
@@ -1139,6 +1139,11 @@ Outcome outcome_from(const Json& j) {
   return o;
 }
 
+/// The draws of generator `gi`'s calls: live, recorded and replayed calls are the same calls.
+Draw draws_of(size_t gi, Values values) {
+  return Draw{std::mt19937_64(1000 + gi), values};
+}
+
 /// Draws `rounds` calls of every generator, from seeds of their own, and compares mixtape's answer to each with
 /// LibTorch's, `libtorch(generator, round, call)`; each problem reported with its call. A generator stops at the
 /// first call `libtorch` has no answer to (it said why).
@@ -1147,7 +1152,7 @@ void compare_with_libtorch(Values values, int rounds,
                            bool recorded = false) {
   const std::vector<Generator> all = generators();
   for (size_t gi = 0; gi < all.size(); ++gi) {
-    Draw d{std::mt19937_64(1000 + gi), values};
+    Draw d = draws_of(gi, values);
     int problems = 0;
     for (int round = 0; round < rounds; ++round) {
       const Call call = all[gi].draw(d);
@@ -1254,7 +1259,7 @@ BOOST_AUTO_TEST_CASE(record_libtorchs_answers, *boost::unit_test::disabled()) {
   for (size_t gi = 0; gi < all.size(); ++gi) {
     Json g = {{"op", all[gi].op}};
     for (const Values values : {Values::kUniform, Values::kTies}) {
-      Draw d{std::mt19937_64(1000 + gi), values};
+      Draw d = draws_of(gi, values);
       Json calls = Json::array();
       for (int round = 0; round < kGoldenRounds; ++round) {
         const Call call = all[gi].draw(d);
