@@ -128,13 +128,16 @@ struct DataLoader::State {
       } catch (...) {
         err = std::current_exception();
       }
+      const bool failed_here = err != nullptr;
       {
         std::lock_guard lock(mu);
         if (stop) return;
-        if (err) error = err; else slot = std::move(batch);
+        // Moved, not copied: the loop alone then owns the exception and releases it (ThreadSanitizer cannot see
+        // the atomic reference count inside libstdc++, and reported the worker's release of a copy as a race).
+        if (failed_here) error = std::move(err); else slot = std::move(batch);
       }
       cv.notify_all();
-      if (err) return;
+      if (failed_here) return;
     }
   }
 

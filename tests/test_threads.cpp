@@ -1,7 +1,8 @@
 // tests/test_threads.cpp — mixtape used from several threads: the default generator hands every draw its own
 // counters (none lost, none shared), backward passes on two threads into the same leaf both arrive, and two threads
 // train models side by side (each with its own tape, autocast state and optimizer) exactly as one thread does
-// alone. scripts/tsan.sh runs this suite under ThreadSanitizer.
+// alone, and the DataLoader's worker hands each batch over whole. scripts/tsan.sh runs this suite under
+// ThreadSanitizer.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -147,6 +148,57 @@ BOOST_AUTO_TEST_CASE(two_threads_train_as_each_would_alone, MT_CPU_TEST) {
         mt::test::expect_same_bits(together[i]->state_dict().at(name), t,
                                    std::string(mt::dtype_name(precision)) + " net " + std::to_string(i) + " " + name);
   }
+}
+
+BOOST_AUTO_TEST_CASE(the_loader_s_worker_hands_over_every_batch_whole, MT_CPU_TEST) {
+  // The DataLoader's one thread of its own (data/dataloader.cpp): the worker assembles batch k+1 while the loop
+  // holds batch k, epochs are abandoned at every point of that hand-off (worker waiting on a full slot, mid-batch,
+  // finished), loaders are destroyed mid-epoch. Each batch must equal, bit for bit, the one the same loader gives
+  // without a worker. Small batches make the hand-offs many; scripts/tsan.sh runs this under ThreadSanitizer.
+  constexpr int64_t kSamples = 101, kRow = 12;
+  std::vector<float> px(kSamples * kRow);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<float>(i % 251) / 251.0f;
+  const mt::data::TensorDataset data(mt::from_vector(px, {kSamples, kRow}), mt::arange(kSamples));
+  const mt::data::DataLoaderOptions opt{.batch_size = 4, .shuffle = true, .seed = 5, .prefetch = true};
+  mt::data::DataLoaderOptions inline_opt = opt;
+  inline_opt.prefetch = false;
+
+  mt::data::DataLoader reference(data, inline_opt);
+  std::vector<std::vector<mt::data::Batch>> epochs;  // the reference's batches of epochs 0, 1, ...
+  constexpr int kEpochs = 40;
+  for (int e = 0; e < kEpochs; ++e) {
+    epochs.emplace_back();
+    for (auto& batch : reference) epochs.back().push_back(batch);
+  }
+  const auto batches = static_cast<int64_t>(epochs[0].size());
+  BOOST_TEST_REQUIRE(batches == 26);
+
+  int64_t compared = 0;
+  auto check_epoch = [&](mt::data::DataLoader& loader, int e, int64_t stop_after) {
+    int64_t k = 0;
+    for (auto& [x, y] : loader) {
+      const mt::data::Batch& want = epochs[static_cast<size_t>(e)][static_cast<size_t>(k)];
+      const std::string where = "epoch " + std::to_string(e) + ", batch " + std::to_string(k);
+      BOOST_TEST_REQUIRE(mt::test::expect_same_bits(x, want.x, where + " x"));
+      BOOST_TEST_REQUIRE(mt::test::expect_same_bits(y, want.y, where + " y"));
+      ++compared;
+      if (++k == stop_after) break;
+    }
+  };
+  // One loader, each epoch left after 0..batches batches (stop_after 0 runs it through).
+  mt::data::DataLoader loader(data, opt);
+  for (int e = 0; e < kEpochs; ++e) check_epoch(loader, e, e % (batches + 1));
+  // Loaders destroyed after each number of batches, on two threads at once (each its own loader).
+  on_threads(2, [&](int t) {
+    for (int64_t stop = 1; stop <= batches; stop += 2) {
+      mt::data::DataLoader mine(data, opt);
+      auto it = mine.begin();
+      for (int64_t k = 1; k < stop + t % 2; ++k) ++it;
+    }
+  });
+  int64_t expected = 0;
+  for (int e = 0; e < kEpochs; ++e) expected += e % (batches + 1) == 0 ? batches : e % (batches + 1);
+  BOOST_TEST(compared == expected);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
