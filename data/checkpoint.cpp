@@ -45,6 +45,8 @@ const StateDict& Checkpoint::part(const std::string& name) const {
 }
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
+  MT_CHECK(checkpoint.step >= 0, "save_checkpoint: '", path, "': step is ", checkpoint.step,
+           ", not a count of steps (>= 0)");
   std::map<std::string, std::string> meta;
   for (const auto& [key, value] : checkpoint.metadata) {
     MT_CHECK(key.rfind(kReserved, 0) != 0, "save_checkpoint: '", path, "': metadata key '", key,
@@ -68,6 +70,8 @@ Checkpoint load_checkpoint(const std::string& path) {
   SafetensorsFile file = load_safetensors(path);
   Checkpoint out;
   out.step = parse_number<int64_t>(path, file.metadata, kStep);
+  MT_CHECK(out.step >= 0, "load_checkpoint: '", path, "': metadata '", kStep, "' is ", out.step,
+           ", not a count of steps (>= 0)");
   out.rng.seed = parse_number<uint64_t>(path, file.metadata, kRngSeed);
   out.rng.offset = parse_number<uint64_t>(path, file.metadata, kRngOffset);
   auto parts = file.metadata.find(kParts);

@@ -41,12 +41,13 @@ struct Checkpoint {
 };
 
 /// Writes `checkpoint` to `path` with save_safetensors (atomic: temporary file, fsync, rename, directory fsync).
-/// Errors (a part name that is empty or holds '.', a metadata key starting "mixtape.", and save_safetensors' own)
-/// are mixtape::Error naming the path; the file at `path` is then unchanged.
+/// Errors (a negative step, a part name that is empty or holds '.', a metadata key starting "mixtape.", and
+/// save_safetensors' own) are mixtape::Error naming the path; the file at `path` is then unchanged.
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 
 /// Reads a checkpoint written by save_checkpoint: load_safetensors' validation, then the "mixtape.*" metadata
-/// (present, well-formed numbers) and every tensor under a listed part. Errors name the file and what is wrong.
+/// (present, well-formed numbers, a step >= 0) and every tensor under a listed part. Errors name the file and
+/// what is wrong.
 Checkpoint load_checkpoint(const std::string& path);
 
 }  // namespace mixtape::data

@@ -4,7 +4,9 @@
 #include <mixtape/optim/lr_scheduler.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 #include <utility>
 
@@ -88,11 +90,26 @@ StateDict LRScheduler::state_dict() const {
 LRScheduler::Loaded LRScheduler::read_state(const StateDict& state, const std::string& who) const {
   state.expect_keys(who, {"last_epoch", "_step_count", "base_lrs", "_last_lr"});
   const auto groups = static_cast<int64_t>(m_base_lrs.size());
+  // The values a schedule can reach: counts from -1 (a SequentialLR's later schedules before their turn) or 0
+  // (a SequentialLR's own step count) on, bounded so that stepping on cannot overflow; learning rates an optimizer
+  // takes (>= 0, not NaN).
+  auto count = [&](const char* key, int64_t min) {
+    const int64_t v = state.expect(who, key, Shape{}, DType::kI64).item<int64_t>();
+    MT_CHECK(v >= min && v <= INT32_MAX, who, ".load_state_dict: '", key, "' is ", v, ", expected a count in [", min,
+             ", ", INT32_MAX, "]");
+    return v;
+  };
+  auto rates = [&](const char* key) {
+    std::vector<double> v = state.expect(who, key, Shape{groups}, DType::kF64).to_vector<double>();
+    for (size_t g = 0; g < v.size(); ++g)
+      MT_CHECK(v[g] >= 0, who, ".load_state_dict: '", key, "'[", g, "] is ", v[g], ", not a learning rate (>= 0)");
+    return v;
+  };
   Loaded l;
-  l.last_epoch = state.expect(who, "last_epoch", Shape{}, DType::kI64).item<int64_t>();
-  l.step_count = state.expect(who, "_step_count", Shape{}, DType::kI64).item<int64_t>();
-  l.base_lrs = state.expect(who, "base_lrs", Shape{groups}, DType::kF64).to_vector<double>();
-  l.last_lr = state.expect(who, "_last_lr", Shape{groups}, DType::kF64).to_vector<double>();
+  l.last_epoch = count("last_epoch", -1);
+  l.step_count = count("_step_count", 0);
+  l.base_lrs = rates("base_lrs");
+  l.last_lr = rates("_last_lr");
   return l;
 }
 
@@ -374,9 +391,9 @@ void SequentialLR::load_state_dict(const StateDict& state) {
     if (key.starts_with(prefix)) {
       const size_t dot = key.find('.', prefix.size());
       const std::string index = key.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
-      size_t i = m_schedulers.size();
+      size_t i = m_schedulers.size();  // stays out of range unless the index is all digits and fits
       if (dot != std::string::npos && !index.empty() && index.find_first_not_of("0123456789") == std::string::npos)
-        i = std::stoul(index);
+        std::from_chars(index.data(), index.data() + index.size(), i);
       MT_CHECK(i < m_schedulers.size(), "SequentialLR.load_state_dict: unexpected key '", key, "' (",
                m_schedulers.size(), " schedules)");
       parts[i].insert(key.substr(dot + 1), t);

@@ -47,8 +47,9 @@ class LRScheduler {
   /// "last_epoch" and "_step_count" (i64, 0-d), "base_lrs" and "_last_lr" (f64, one per group); SequentialLR adds
   /// its schedules' entries under "_schedulers.<i>.".
   virtual StateDict state_dict() const;
-  /// Restores state_dict()'s output; a missing, unexpected, misshapen or wrongly typed entry is an error naming
-  /// the key, and nothing changes then.
+  /// Restores state_dict()'s output; a missing, unexpected, misshapen or wrongly typed entry, a count outside
+  /// [-1, INT32_MAX] (last_epoch) or [0, INT32_MAX] (_step_count), or a learning rate that is negative or NaN is
+  /// an error naming the key, and nothing changes then.
   virtual void load_state_dict(const StateDict& state);
 
  protected:

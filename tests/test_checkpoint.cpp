@@ -12,8 +12,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -62,6 +66,26 @@ std::string python_with_torch() {
   return "";
 }
 
+/// A deep copy of `sd` (a state_dict's tensors may be the live state).
+mt::StateDict copy_of(const mt::StateDict& sd) {
+  mt::StateDict out;
+  for (const auto& [key, t] : sd) out.insert(key, t.clone());
+  return out;
+}
+
+/// What a resume restores: TinyRun in fp16 (model, AdamW, GradScaler, the generator) and a schedule with nested
+/// ones (linear warm-up for 3 epochs, then cosine), as examples/mnist keeps them.
+struct Resumable {
+  explicit Resumable(uint64_t seed)
+      : run(/*fp16=*/true, seed),
+        schedule(run.opt,
+                 {std::make_shared<mt::optim::LinearLR>(run.opt, 0.5, 1.0, 3),
+                  std::make_shared<mt::optim::CosineAnnealingLR>(run.opt, 10)},
+                 {3}) {}
+  TinyRun run;
+  mt::optim::SequentialLR schedule;
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(checkpoint)
@@ -100,6 +124,9 @@ BOOST_AUTO_TEST_CASE(bad_names_and_foreign_files_are_errors, MT_CPU_TEST) {
   c.parts.clear();
   c.metadata["mixtape.step"] = "7";
   expect_error([&] { save_checkpoint(path, c); }, {"save_checkpoint", "'mixtape.step'", "keep for themselves"});
+  c.metadata.clear();
+  c.step = -1;
+  expect_error([&] { save_checkpoint(path, c); }, {"save_checkpoint", "step is -1", "not a count of steps"});
   BOOST_TEST(!fs::exists(path));
 
   // A safetensors file that is not a checkpoint, and one whose tensors lie outside its listed parts.
@@ -110,6 +137,9 @@ BOOST_AUTO_TEST_CASE(bad_names_and_foreign_files_are_errors, MT_CPU_TEST) {
   mt::data::save_safetensors(path, plain, {{"mixtape.step", "x1"}, {"mixtape.rng.seed", "1"},
                                            {"mixtape.rng.offset", "2"}, {"mixtape.parts", "model"}});
   expect_error([&] { (void)load_checkpoint(path); }, {"load_checkpoint", "'mixtape.step'", "'x1'", "not an integer"});
+  mt::data::save_safetensors(path, plain, {{"mixtape.step", "-2"}, {"mixtape.rng.seed", "1"},
+                                           {"mixtape.rng.offset", "2"}, {"mixtape.parts", "model"}});
+  expect_error([&] { (void)load_checkpoint(path); }, {"load_checkpoint", "'mixtape.step' is -2", "not a count"});
   mt::data::save_safetensors(path, plain, {{"mixtape.step", "1"}, {"mixtape.rng.seed", "1"},
                                            {"mixtape.rng.offset", "2"}, {"mixtape.parts", "model"}});
   expect_error([&] { (void)load_checkpoint(path); }, {"load_checkpoint", "tensor 'w'", "belongs to no part"});
@@ -188,6 +218,121 @@ BOOST_AUTO_TEST_CASE(resuming_is_bitwise_exact_in_f32_and_f16_with_the_scaler, M
     for (int i = 0; i < kAfter; ++i) no_rng.train_step();
     BOOST_TEST(no_rng.net.fc1.weight.to_vector<float>() != straight.net.fc1.weight.to_vector<float>(), what);
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_damaged_checkpoint_is_refused_or_resumes_and_a_refused_part_changes_nothing, MT_CPU_TEST) {
+  // A checkpoint of 12 fp16 steps (the scale has grown and backed off) and 4 epochs of schedule, damaged one way at
+  // a time: every byte of its JSON header changed three ways, every 8-byte tensor (the optimizer's and the
+  // scheduler's options, step counts, the scaler's state) overwritten with awkward numbers. For each, reading the
+  // file is a mixtape::Error or a checkpoint; each owner's load_state_dict is then a mixtape::Error that leaves the
+  // owner as it was, or a load; and when all four load, training and the schedule go on without an exception.
+  TempDir dir;
+  const std::string good = dir.file("good.safetensors"), path = dir.file("damaged.safetensors");
+  {
+    Resumable r(0);
+    for (int i = 0; i < 12; ++i) {
+      r.run.train_step();
+      if (i % 3 == 2) r.schedule.step();
+    }
+    Checkpoint c = r.run.checkpoint();
+    c.parts["scheduler"] = r.schedule.state_dict();
+    save_checkpoint(good, c);
+  }
+  std::vector<char> bytes;
+  {
+    std::ifstream in(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  uint64_t header_length = 0;
+  std::memcpy(&header_length, bytes.data(), 8);
+  const auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(header_length));
+
+  std::vector<std::pair<std::string, std::vector<char>>> variants;
+  for (size_t at = 8; at < 8 + header_length; ++at)
+    for (const char to : {static_cast<char>(bytes[at] ^ 1), '9', '-'}) {
+      if (to == bytes[at]) continue;
+      variants.emplace_back("header byte " + std::to_string(at) + " '" + bytes[at] + "' -> '" + to + "'", bytes);
+      variants.back().second[at] = to;
+    }
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const int64_t lowest = std::numeric_limits<int64_t>::min(), highest = std::numeric_limits<int64_t>::max();
+  int64_t eight_byte_tensors = 0;
+  for (const auto& [key, entry] : header.items()) {
+    if (key == "__metadata__") continue;
+    const auto begin = entry["data_offsets"][0].get<size_t>(), end = entry["data_offsets"][1].get<size_t>();
+    if (end - begin != 8) continue;
+    ++eight_byte_tensors;
+    const size_t at = 8 + header_length + begin;
+    auto overwrite = [&](const std::string& value, const void* bits) {
+      variants.emplace_back(key + " = " + value, bytes);
+      std::memcpy(variants.back().second.data() + at, bits, 8);
+    };
+    for (const double v : {nan, inf, -inf, 0.0, -0.0, -1.0, 0.5, 1.0, 2.0, 1e308, 4e-320})
+      overwrite(std::to_string(v) + " (f64)", &v);
+    for (const int64_t v : {int64_t{0}, int64_t{-1}, int64_t{1}, int64_t{2}, int64_t{INT32_MAX},
+                            int64_t{INT32_MAX} + 1, lowest, highest})
+      overwrite(std::to_string(v) + " (i64)", &v);
+  }
+  BOOST_TEST_REQUIRE(eight_byte_tensors >= 20, "the file has too few 8-byte tensors to damage");
+
+  int64_t refused_files = 0, refused_loads = 0, resumed = 0;
+  for (const auto& [what, damaged] : variants) {
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out.write(damaged.data(), static_cast<std::streamsize>(damaged.size()));
+    }
+    Checkpoint c;
+    try {
+      c = load_checkpoint(path);
+    } catch (const mt::Error&) {
+      ++refused_files;
+      continue;
+    } catch (const std::exception& e) {
+      BOOST_ERROR(what << ": load_checkpoint threw something other than mixtape::Error: " << e.what());
+      continue;
+    }
+    BOOST_TEST(c.step >= 0, what << ": a negative step count was loaded: " << c.step);
+
+    Resumable fresh(99);
+    // Loads one part into its owner; a refusal must leave the owner's state as it was.
+    auto load = [&](const std::string& part, auto state_of, auto load_into) {
+      const mt::StateDict before = copy_of(state_of());
+      try {
+        load_into(c.part(part));
+        return true;
+      } catch (const mt::Error&) {
+        ++refused_loads;
+        expect_same_state(state_of(), before, what + ": the " + part + " after refusing it");
+      } catch (const std::exception& e) {
+        BOOST_ERROR(what << ": loading the " << part << " threw something other than mixtape::Error: " << e.what());
+      }
+      return false;
+    };
+    bool all = load("model", [&] { return fresh.run.net.state_dict(); },
+                    [&](const mt::StateDict& sd) { fresh.run.net.load_state_dict(sd); });
+    all &= load("optimizer", [&] { return fresh.run.opt.state_dict(); },
+                [&](const mt::StateDict& sd) { fresh.run.opt.load_state_dict(sd); });
+    all &= load("scaler", [&] { return fresh.run.scaler.state_dict(); },
+                [&](const mt::StateDict& sd) { fresh.run.scaler.load_state_dict(sd); });
+    all &= load("scheduler", [&] { return fresh.schedule.state_dict(); },
+                [&](const mt::StateDict& sd) { fresh.schedule.load_state_dict(sd); });
+    if (!all) continue;
+    ++resumed;
+    try {
+      mt::default_generator().set_state(c.rng);
+      for (int i = 0; i < 3; ++i) {
+        fresh.run.train_step();
+        fresh.schedule.step();
+      }
+    } catch (const std::exception& e) {
+      BOOST_ERROR(what << ": every part loaded, then training threw: " << e.what());
+    }
+  }
+  BOOST_TEST_MESSAGE(variants.size() << " damaged checkpoints: " << refused_files << " refused by load_checkpoint, "
+                                     << refused_loads << " refusals of a part, " << resumed << " resumed");
+  BOOST_TEST(refused_files > 0);
+  BOOST_TEST(refused_loads > 0);
+  BOOST_TEST(resumed > 0);
 }
 
 BOOST_AUTO_TEST_CASE(a_writer_killed_at_random_moments_always_leaves_a_checkpoint_that_resumes, MT_CPU_TEST) {

@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -222,7 +223,43 @@ BOOST_AUTO_TEST_CASE(errors_name_the_schedule, MT_CPU_TEST) {
   mt::StateDict missing;
   missing.insert("last_epoch", sd.at("last_epoch"));
   expect_error([&] { sched.load_state_dict(missing); }, {"StepLR.load_state_dict", "missing keys", "_step_count"});
+  // Values no schedule reaches (a damaged checkpoint): counts below -1 or past INT32_MAX (stepping on from
+  // INT64_MAX would overflow), learning rates that are negative or NaN.
+  auto with = [&](const mt::StateDict& from, const std::string& key, const Tensor& value) {
+    mt::StateDict out;
+    for (const auto& [k, v] : from) out.insert(k, k == key ? value : v);
+    return out;
+  };
+  auto i64 = [](int64_t v) { return mt::from_vector(std::vector<int64_t>{v}, mt::Shape{}); };
+  auto f64s = [](double v) { return mt::from_vector(std::vector<double>{v, v}); };
+  expect_error([&] { sched.load_state_dict(with(sd, "last_epoch", i64(-2))); },
+               {"StepLR.load_state_dict", "'last_epoch' is -2", "expected a count in [-1, 2147483647]"});
+  expect_error([&] { sched.load_state_dict(with(sd, "last_epoch", i64(INT64_MAX))); },
+               {"StepLR.load_state_dict", "'last_epoch' is 9223372036854775807"});
+  expect_error([&] { sched.load_state_dict(with(sd, "_step_count", i64(-1))); },
+               {"StepLR.load_state_dict", "'_step_count' is -1", "expected a count in [0, 2147483647]"});
+  expect_error([&] { sched.load_state_dict(with(sd, "base_lrs", f64s(-0.5))); },
+               {"StepLR.load_state_dict", "'base_lrs'[0] is -0.5", "not a learning rate"});
+  expect_error([&] { sched.load_state_dict(with(sd, "_last_lr", f64s(std::nan("")))); },
+               {"StepLR.load_state_dict", "'_last_lr'[0] is nan", "not a learning rate"});
   BOOST_TEST(sched.last_epoch() == 0);
+  BOOST_TEST(sched.base_lrs() == std::vector<double>({0.1, 0.05}));
+  sched.load_state_dict(with(sd, "last_epoch", i64(INT32_MAX)));  // the largest count is a count
+  BOOST_TEST(sched.last_epoch() == INT32_MAX);
+
+  // A SequentialLR's nested keys: an index past its schedules, however many digits, is an unexpected key.
+  auto nested = std::make_shared<optim::StepLR>(*t.opt, 2);
+  optim::SequentialLR sequence(*t.opt, {nested}, {});
+  const mt::StateDict seq = sequence.state_dict();
+  for (const std::string index : {"1", "18446744073709551616", "99999999999999999999999"}) {
+    mt::StateDict extra = seq;
+    extra.insert("_schedulers." + index + ".last_epoch", i64(0));
+    expect_error([&] { sequence.load_state_dict(extra); },
+                 {"SequentialLR.load_state_dict", "unexpected key '_schedulers." + index + ".last_epoch'"});
+  }
+  expect_error([&] { sequence.load_state_dict(with(seq, "_schedulers.0.last_epoch", i64(-3))); },
+               {"SequentialLR._schedulers.0.load_state_dict", "'last_epoch' is -3"});
+  BOOST_TEST(nested->last_epoch() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(a_schedule_refuses_a_destroyed_optimizer, MT_CPU_TEST) {

@@ -1,7 +1,7 @@
 #!/bin/sh
 # examples/mnist/bad_input_check.sh MNIST — ctest example_mnist_bad_input: bad flags, a missing data directory and a
 # damaged file each give one line on stderr, nothing on stdout, and a non-zero exit (2 for flags, 1 for the rest).
-# The damaged-file case needs MIXTAPE_MNIST_DIR (it damages a copy).
+# The damaged-file cases need MIXTAPE_MNIST_DIR (they damage a copy of the data, or a checkpoint trained on it).
 set -u
 mnist=$1
 failures=0
@@ -40,6 +40,15 @@ if [ -n "${MIXTAPE_MNIST_DIR:-}" ]; then
   expect 1 "train-images-idx3-ubyte.gz" --data "$work/damaged" --max-steps 1
   expect 1 "--resume: no such file" --data "$MIXTAPE_MNIST_DIR" --resume "$work/nothing.safetensors"
   expect 1 "--batch-size: 60001 is more than the 60000 training images" --data "$MIXTAPE_MNIST_DIR" --batch-size 60001
+  # A checkpoint whose epoch is not a number (its header edited in place: same length, so the file stays valid).
+  "$mnist" --data "$MIXTAPE_MNIST_DIR" --epochs 2 --max-steps 1 --save "$work/ck.safetensors" >/dev/null 2>&1
+  sed 's/"epoch":"1"/"epoch":"x"/' "$work/ck.safetensors" >"$work/bad-epoch.safetensors"
+  if cmp -s "$work/ck.safetensors" "$work/bad-epoch.safetensors"; then
+    echo "FAIL: the checkpoint written with --save holds no \"epoch\":\"1\" to damage"
+    failures=$((failures + 1))
+  fi
+  expect 1 "holds epoch 'x', not a number of epochs" --data "$MIXTAPE_MNIST_DIR" --epochs 2 \
+    --resume "$work/bad-epoch.safetensors"
 else
   echo "MIXTAPE_MNIST_DIR is unset: the damaged-file, --resume and --batch-size cases are not run"
 fi

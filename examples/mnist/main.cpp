@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -406,7 +407,11 @@ int run(const Options& opt) {
     if (schedule) schedule->load_state_dict(checkpoint.part("scheduler"));
     if (fp16) scaler.load_state_dict(checkpoint.part("scaler"));
     mt::default_generator().set_state(checkpoint.rng);  // dropout continues with the masks it would have drawn
-    first_epoch = std::stoi(meta("epoch"));
+    const std::string epoch_text = meta("epoch");
+    const char* const epoch_end = epoch_text.data() + epoch_text.size();
+    const auto [parsed_to, parse_error] = std::from_chars(epoch_text.data(), epoch_end, first_epoch);
+    if (epoch_text.empty() || parse_error != std::errc() || parsed_to != epoch_end || first_epoch < 0)
+      throw UsageError("--resume: " + opt.resume + " holds epoch '" + epoch_text + "', not a number of epochs");
     step = checkpoint.step;
     if (first_epoch >= opt.epochs)
       throw UsageError("--resume: " + opt.resume + " has already trained " + std::to_string(first_epoch) +
