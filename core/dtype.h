@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <ostream>
 #include <type_traits>
 
@@ -60,6 +61,26 @@ constexpr bool is_floating(DType t) {
 }
 /// f16 and bf16: stored in 16 bits, computed in f32.
 constexpr bool is_reduced_float(DType t) { return t == DType::kF16 || t == DType::kBF16; }
+
+/// Whether the scalar `value` can be written into `dtype` without overflow, PyTorch's rule for a scalar turned into
+/// an element (full, fill_, item): a floating dtype takes infinities, NaN and finite values up to its largest;
+/// an integer dtype takes finite values in its range (a fraction is then cut toward zero); bool takes any value.
+constexpr bool fits(double value, DType dtype) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  const bool finite = value == value && value != inf && value != -inf;
+  auto within = [&](double largest) { return !finite || (value >= -largest && value <= largest); };
+  switch (dtype) {
+    case DType::kF64: return true;
+    case DType::kF32: return within(3.4028234663852886e38);
+    case DType::kBF16: return within(3.3895313892515355e38);
+    case DType::kF16: return within(65504.0);
+    case DType::kI64: return value >= -0x1p63 && value < 0x1p63;
+    case DType::kI32: return value >= -2147483648.0 && value <= 2147483647.0;
+    case DType::kU8: return value >= 0.0 && value <= 255.0;
+    case DType::kBool: return true;
+  }
+  return false;
+}
 
 /// The one accumulator rule: the dtype sums, statistics and multi-step formulas on `t` run in before the one
 /// rounding back — f32 for f16/bf16, `t` itself otherwise (f32 stays f32, f64 stays f64). opmath_t below is the

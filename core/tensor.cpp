@@ -93,6 +93,22 @@ T read_element(const Tensor& cpu_tensor, int64_t element_offset) {
   });
 }
 
+/// The scalar `value` written into `dtype` by `op`: an error unless it fits (PyTorch's "value cannot be converted
+/// to type ... without overflow"), instead of an integer cast's undefined result or an inf from a finite value.
+void check_fits(const char* op, double value, DType dtype, const Shape& shape) {
+  MT_CHECK(fits(value, dtype), op, ": the value ", value, " overflows ", dtype, " (shape ", shape, ")");
+}
+
+/// read_element for item() and at(): an error when the element does not fit T (an f64 1e30 asked for as an i64).
+template <class T>
+T read_fitting_element(const Tensor& cpu_tensor, int64_t element_offset, const char* op) {
+  if (cpu_tensor.dtype() != dtype_v<T>) {
+    const double v = read_element<double>(cpu_tensor, element_offset);
+    MT_CHECK(fits(v, dtype_v<T>), op, ": the ", cpu_tensor.dtype(), " value ", v, " overflows ", dtype_v<T>);
+  }
+  return read_element<T>(cpu_tensor, element_offset);
+}
+
 }  // namespace
 
 // ---- metadata ---------------------------------------------------------------------
@@ -336,7 +352,7 @@ T Tensor::item() const {
   MT_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements cannot be converted to a scalar (shape ",
            shape(), ")");
   Tensor c = raw::to(*this, Device::cpu());
-  return read_element<T>(c, c.storage_offset());
+  return read_fitting_element<T>(c, c.storage_offset(), "item");
 }
 
 template <class T>
@@ -353,7 +369,7 @@ T Tensor::at(std::initializer_list<int64_t> index) const {
     ++d;
   }
   v = raw::to(v, Device::cpu());
-  return read_element<T>(v, v.storage_offset());
+  return read_fitting_element<T>(v, v.storage_offset(), "at");
 }
 
 template <class T>
@@ -374,6 +390,7 @@ void Tensor::set(std::initializer_list<int64_t> index, double value) {
   checked();
   MT_CHECK(static_cast<int64_t>(index.size()) == dim(), "set: got ", index.size(), " indices for a tensor of shape ",
            shape());
+  check_fits("set", value, dtype(), shape());
   Tensor v = *this;
   for (int64_t i : index) v = raw::select(v, 0, i);
   raw::fill_(v, value);
@@ -442,6 +459,7 @@ Tensor allocate(const char* factory, const Shape& shape, TensorOptions options) 
 Tensor empty(const Shape& shape, TensorOptions options) { return allocate("empty", shape, options); }
 
 Tensor full(const Shape& shape, double value, TensorOptions options) {
+  check_fits("full", value, options.dtype(), shape);
   Tensor t = allocate("full", shape, options);
   raw::fill_(t, value);
   return t;
@@ -459,7 +477,12 @@ Tensor ones(const Shape& shape, TensorOptions options) {
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
-Tensor scalar_tensor(double value, TensorOptions options) { return full(Shape{}, value, options); }
+Tensor scalar_tensor(double value, TensorOptions options) {
+  check_fits("scalar_tensor", value, options.dtype(), Shape{});
+  Tensor t = allocate("scalar_tensor", Shape{}, options);
+  raw::fill_(t, value);
+  return t;
+}
 
 Tensor arange(int64_t end, TensorOptions options) { return arange(0.0, static_cast<double>(end), 1.0, options); }
 
@@ -471,6 +494,10 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   MT_CHECK(count < 0x1p62, "arange: ", count, " elements (start=", start, " end=", end, " step=", step,
            ") are more than a tensor can hold");
   const auto n = static_cast<int64_t>(count);
+  if (n > 0) {  // the values run from start to the last one: both must fit the dtype
+    check_fits("arange", start, options.dtype(), Shape{n});
+    check_fits("arange", start + static_cast<double>(n - 1) * step, options.dtype(), Shape{n});
+  }
   Tensor host = allocate("arange", Shape{n}, TensorOptions(DType::kF64));  // on the host, then to the options'
   double* values = host.data<double>();
   for (int64_t i = 0; i < n; ++i) values[i] = start + static_cast<double>(i) * step;

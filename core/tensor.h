@@ -134,6 +134,7 @@ class Tensor {
   // ---- in-place writes (not recorded; refused on tensors that require grad while grad mode is on) ----
   /// Copies `src` (broadcast to this shape, any dtype or device) into this tensor. Overwrites.
   Tensor& copy_(const Tensor& src);
+  /// Every element = `value`; an error when it overflows the dtype (fits() in dtype.h: an i64 1e30, an f16 1e5).
   Tensor& fill_(double value);
   Tensor& zero_() {
     checked();
@@ -158,13 +159,13 @@ class Tensor {
   Tensor detach() const;
 
   // ---- element access (for tests and small tools: each call may copy to the CPU) ----
-  /// The value of a one-element tensor, converted to T.
+  /// The value of a one-element tensor, converted to T; an error when it overflows T (an f64 1e30 as int64_t).
   template <class T> T item() const;
   /// The element at `index` (one entry per dim, negative counts from the end), converted to T.
   template <class T> T at(std::initializer_list<int64_t> index) const;
   /// All elements in row-major order, converted to T.
   template <class T> std::vector<T> to_vector() const;
-  /// Sets the element at `index` to `value` converted to this tensor's dtype.
+  /// Sets the element at `index` to `value` converted to this tensor's dtype (an error when it overflows it).
   void set(std::initializer_list<int64_t> index, double value);
 
   // ---- in-place bookkeeping ---------------------------------------------------
@@ -194,13 +195,14 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 Tensor empty(const Shape& shape, TensorOptions options = {});
 Tensor zeros(const Shape& shape, TensorOptions options = {});
 Tensor ones(const Shape& shape, TensorOptions options = {});
+/// Every element = `value`; an error when it overflows the dtype (fits() in dtype.h), as PyTorch's.
 Tensor full(const Shape& shape, double value, TensorOptions options = {});
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 /// 0, 1, ..., end-1 (default dtype i64, like torch.arange with integer bounds).
 Tensor arange(int64_t end, TensorOptions options = TensorOptions(DType::kI64));
-/// start, start+step, ... < end.
+/// start, start+step, ... < end; an error when the first or last value overflows the dtype.
 Tensor arange(double start, double end, double step = 1.0, TensorOptions options = {});
 /// A tensor holding `values` (converted to the options' dtype) with `shape` (default: 1-D).
 template <class T>
@@ -212,7 +214,7 @@ template <class T>
 Tensor tensor(std::initializer_list<T> values, TensorOptions options = TensorOptions(dtype_v<T>)) {
   return from_vector(std::vector<T>(values), Shape{static_cast<int64_t>(values.size())}, options);
 }
-/// A 0-D tensor.
+/// A 0-D tensor; an error when `value` overflows the dtype.
 Tensor scalar_tensor(double value, TensorOptions options = {});
 
 }  // namespace mixtape

@@ -17,8 +17,12 @@ inline std::vector<int64_t> all_dims(const Tensor& t) {
 }
 
 /// A 0-d tensor holding `value` (rounded to `dtype`) on `device`: an operand that broadcasts against anything.
+/// Unlike scalar_tensor, a value past a 16-bit dtype's range becomes its infinity (clamp(x_f16, max=1e5)'s bound,
+/// as PyTorch's ops take their scalars).
 inline Tensor scalar_like(double value, DType dtype, Device device) {
-  return scalar_tensor(value, TensorOptions(dtype).device(device));
+  Tensor t = empty({}, TensorOptions(dtype).device(device));
+  raw::fill_(t, value);
+  return t;
 }
 /// The same in `like`'s dtype and on its device.
 inline Tensor scalar_like(double value, const Tensor& like) { return scalar_like(value, like.dtype(), like.device()); }

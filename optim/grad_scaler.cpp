@@ -8,6 +8,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -42,7 +43,9 @@ constexpr const char* kKeys[] = {"scale", "growth_factor", "backoff_factor", "gr
 // The checks of the options, shared by the constructor, the setters and load_state_dict: `who` is the method,
 // `name` the option (or state_dict key).
 void check_init_scale(const std::string& who, const char* name, double v) {
-  MT_CHECK(std::isfinite(v) && v > 0, who, ": ", name, " must be finite and > 0 (got ", v, ")");
+  MT_CHECK(std::isfinite(v) && v > 0 && v <= std::numeric_limits<float>::max(), who, ": ", name,
+           " must be finite, > 0 and at most f32's largest, ", std::numeric_limits<float>::max(), " (got ", v,
+           "): the scale is an f32 tensor");
 }
 void check_growth_factor(const std::string& who, const char* name, double v) {
   MT_CHECK(std::isfinite(v) && v > 1, who, ": ", name, " must be finite and > 1 (got ", v, ")");

@@ -2,7 +2,9 @@
 // operation and the shapes/dtypes/devices involved, with file:line.
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
 #include <functional>
+#include <optional>
 #include <limits>
 #include <regex>
 #include <string>
@@ -106,6 +108,49 @@ BOOST_AUTO_TEST_CASE(bad_factories) {
   expect_error([] { mt::arange(0.0, 1.0, -1.0); }, {"arange", "step -1"});
   expect_error([] { mt::randint(3, 3, {2}); }, {"randint", "empty range"});
   expect_error([] { mt::Shape s{1, 2, 3, 4, 5, 6, 7, 8}; s.push_back(9); }, {"Shape", "maximum of 8"});
+}
+
+BOOST_AUTO_TEST_CASE(scalars_that_overflow_their_dtype_are_refused) {
+  // PyTorch's rule ("value cannot be converted to type ... without overflow"): an integer dtype takes finite values
+  // in its range, a floating one infinities, NaN and finite values up to its largest. Before, an i64 1e30 was
+  // whatever the CPU's cast made of it (undefined in C++; INT64_MIN on x86) and an f16 1e5 a silent inf.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  expect_error([] { mt::full({2}, 1e30, mt::kI64); }, {"full", "the value 1e+30 overflows i64", "[2]"});
+  expect_error([] { mt::full({2}, 0x1p63, mt::kI64); }, {"full", "overflows i64"});
+  expect_error([&] { mt::full({3}, nan, mt::kI32); }, {"full", "the value nan overflows i32", "[3]"});
+  expect_error([&] { mt::full({1}, -inf, mt::kI32); }, {"full", "the value -inf overflows i32"});
+  expect_error([] { mt::full({2}, -1, mt::kU8); }, {"full", "the value -1 overflows u8"});
+  expect_error([] { mt::full({2}, 256, mt::kU8); }, {"full", "the value 256 overflows u8"});
+  expect_error([] { mt::full({2}, 1e5, mt::kF16); }, {"full", "the value 100000 overflows f16"});
+  expect_error([] { mt::full({2}, -1e39, mt::kBF16); }, {"full", "overflows bf16"});
+  expect_error([] { mt::full({2}, 1e39); }, {"full", "the value 1e+39 overflows f32"});
+  expect_error([] { mt::scalar_tensor(3e9, mt::kI32); }, {"scalar_tensor", "the value 3e+09 overflows i32", "[]"});
+  expect_error([] { mt::zeros({2}, mt::kI64).fill_(1e19); }, {"fill_", "the value 1e+19 overflows i64", "[2]"});
+  expect_error([] { mt::zeros({2, 2}, mt::kF16).set({0, 1}, 70000); }, {"set", "overflows f16", "[2, 2]"});
+  expect_error([] { mt::arange(0.0, 300.0, 1.0, mt::kU8); }, {"arange", "the value 299 overflows u8", "[300]"});
+  expect_error([] { mt::arange(-2.0, 2.0, 1.0, mt::kU8); }, {"arange", "the value -2 overflows u8"});
+  // Reading back: an element that does not fit the type asked for.
+  expect_error([] { (void)mt::full({}, 1e30, mt::kF64).item<int64_t>(); }, {"item", "the f64 value 1e+30", "i64"});
+  expect_error([&] { (void)mt::full({}, nan, mt::kF32).item<int64_t>(); }, {"item", "the f32 value nan", "i64"});
+  expect_error([] { (void)mt::full({}, 7e4).item<mt::Half>(); }, {"item", "the f32 value 70000 overflows f16"});
+  expect_error([] { (void)mt::full({2}, 1e300, mt::kF64).at<float>({1}); }, {"at", "the f64 value 1e+300", "f32"});
+
+  // What fits is taken: the extremes, infinities and NaN in floating dtypes, fractions cut toward zero, any bool.
+  BOOST_TEST(mt::full({1}, -0x1p63, mt::kI64).item<int64_t>() == std::numeric_limits<int64_t>::min());
+  BOOST_TEST(mt::full({1}, 255, mt::kU8).to_vector<int64_t>()[0] == 255);
+  BOOST_TEST(mt::full({1}, -2.9, mt::kI32).item<int64_t>() == -2);
+  BOOST_TEST(mt::full({1}, 65504, mt::kF16).item<double>() == 65504.0);
+  BOOST_TEST(mt::full({1}, -inf, mt::kF16).item<double>() == -inf);
+  BOOST_TEST(std::isnan(mt::full({1}, nan, mt::kBF16).item<double>()));
+  BOOST_TEST(mt::full({1}, 7, mt::kBool).item<int64_t>() == 1);
+  BOOST_TEST(mt::arange(0.0, 256.0, 1.0, mt::kU8).numel() == 256);
+  BOOST_TEST(mt::full({}, inf, mt::kF64).item<float>() == static_cast<float>(inf));
+  BOOST_TEST(mt::full({}, 2.5, mt::kF64).item<int64_t>() == 2);
+  // Ops keep taking their scalars as PyTorch's do: a bound past f16's range is no bound (clamp leaves x as it is),
+  // and where's scalar operand becomes the result dtype's infinity.
+  const mt::Tensor x = mt::full({3}, 60000, mt::kF16);
+  BOOST_TEST(mt::clamp(x, std::nullopt, 1e5).to_vector<float>() == x.to_vector<float>());
+  BOOST_TEST(mt::where(mt::zeros({3}, mt::kBool), x, 1e5).to_vector<float>() == std::vector<float>(3, inf));
 }
 
 BOOST_AUTO_TEST_CASE(sizes_that_overflow_are_refused_before_allocating) {

@@ -147,6 +147,7 @@ BOOST_AUTO_TEST_CASE(invalid_options_are_errors_naming_them, MT_CPU_TEST) {
   expect_error([] { GradScaler s({.growth_interval = 0}); }, {"GradScaler", "growth_interval", "got 0"});
   expect_error([] { GradScaler s({.init_scale = kInf}); }, {"GradScaler", "init_scale", "inf"});
   expect_error([] { GradScaler s({.init_scale = -2.0}); }, {"GradScaler", "init_scale", "-2"});
+  expect_error([] { GradScaler s({.init_scale = 1e39}); }, {"GradScaler", "init_scale", "f32's largest", "1e+39"});
   GradScaler ok;
   expect_error([&] { ok.set_growth_factor(0.5); }, {"GradScaler.set_growth_factor", "0.5"});
   expect_error([&] { ok.set_backoff_factor(2.0); }, {"GradScaler.set_backoff_factor", "2"});
