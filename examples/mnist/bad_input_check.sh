@@ -1,7 +1,8 @@
 #!/bin/sh
 # examples/mnist/bad_input_check.sh MNIST — ctest example_mnist_bad_input: bad flags, a missing data directory and a
 # damaged file each give one line on stderr, nothing on stdout, and a non-zero exit (2 for flags, 1 for the rest).
-# The damaged-file cases need MIXTAPE_MNIST_DIR (they damage a copy of the data, or a checkpoint trained on it).
+# The damaged-file cases need MIXTAPE_MNIST_DIR (they damage a copy of the data, or a checkpoint trained on it), as
+# does a --plot that gnuplot fails half way (the old plot must stay whole).
 set -u
 mnist=$1
 failures=0
@@ -49,6 +50,30 @@ if [ -n "${MIXTAPE_MNIST_DIR:-}" ]; then
   fi
   expect 1 "holds epoch 'x', not a number of epochs" --data "$MIXTAPE_MNIST_DIR" --epochs 2 \
     --resume "$work/bad-epoch.safetensors"
+  # A plot that gnuplot fails half way through (a stand-in that writes part of its output, then exits 1), after
+  # the training's own lines: exit 1 with the error last, the plot from before as it was, no temporary beside it.
+  mkdir "$work/bin" "$work/plots"
+  cat >"$work/bin/gnuplot" <<'EOF'
+#!/bin/sh
+sed -n "s/^set output '\(.*\)'$/\1/p" "$1" | while read -r out; do printf 'half a png' >"$out"; done
+echo "gnuplot: simulated failure" >&2
+exit 1
+EOF
+  chmod +x "$work/bin/gnuplot"
+  echo "the plot from before" >"$work/plots/run.png"
+  saved_path=$PATH
+  PATH="$work/bin:$PATH"
+  "$mnist" --data "$MIXTAPE_MNIST_DIR" --max-steps 1 --plot "$work/plots/run.png" >"$work/out" 2>"$work/err"
+  rc=$?
+  PATH=$saved_path
+  if [ "$rc" -ne 1 ] || ! tail -n 1 "$work/err" | grep -qF -- "--plot: gnuplot failed: gnuplot: simulated failure" ||
+    [ "$(cat "$work/plots/run.png")" != "the plot from before" ] || [ "$(ls "$work/plots")" != "run.png" ]; then
+    echo "FAIL: a failed --plot: exit $rc (want 1), the old plot changed or a file left beside it ($(ls "$work/plots")):"
+    cat "$work/err"
+    failures=$((failures + 1))
+  else
+    echo "ok: a failed --plot: $(tail -n 1 "$work/err"); the old plot kept, nothing beside it"
+  fi
 else
   echo "MIXTAPE_MNIST_DIR is unset: the damaged-file, --resume and --batch-size cases are not run"
 fi

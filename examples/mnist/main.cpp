@@ -14,6 +14,7 @@
 // next batch, copied into the graph's input tensors (mixtape::cuda::Graph); the schedule steps between replays,
 // which read the optimizer's options anew.
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -158,16 +159,41 @@ class ScratchDir {
   fs::path m_path;
 };
 
-/// `text` as the whole of `path`; a file that could not be written whole is removed and named in a UsageError.
+/// A file written whole or not at all: its bytes go to "<path>.tmp.<pid>" beside it, renamed over `path` by
+/// commit(); a write that fails or stops half way leaves the old file (or none) and no temporary behind.
+class PendingFile {
+ public:
+  PendingFile(fs::path path, const char* flag)
+      : m_path(std::move(path)), m_tmp(m_path.string() + ".tmp." + std::to_string(::getpid())), m_flag(flag) {}
+  ~PendingFile() {
+    std::error_code ec;
+    if (!m_committed) fs::remove(m_tmp, ec);
+  }
+  PendingFile(const PendingFile&) = delete;
+  PendingFile& operator=(const PendingFile&) = delete;
+  /// Where the bytes go until commit().
+  const fs::path& tmp() const { return m_tmp; }
+  void commit() {
+    std::error_code ec;
+    fs::rename(m_tmp, m_path, ec);
+    if (ec) throw UsageError(std::string(m_flag) + ": cannot write " + m_path.string() + " (" + ec.message() + ")");
+    m_committed = true;
+  }
+
+ private:
+  fs::path m_path, m_tmp;
+  const char* m_flag;
+  bool m_committed = false;
+};
+
+/// `text` as the whole of `path` (a PendingFile); a failure is a UsageError naming the file.
 void write_text(const fs::path& path, const std::string& text, const char* flag) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  PendingFile file(path, flag);
+  std::ofstream out(file.tmp(), std::ios::binary | std::ios::trunc);
   out << text;
   out.close();
-  if (!out) {
-    std::error_code ec;
-    fs::remove(path, ec);
-    throw UsageError(std::string(flag) + ": cannot write " + path.string());
-  }
+  if (!out) throw UsageError(std::string(flag) + ": cannot write " + path.string());
+  file.commit();
 }
 
 void run_gnuplot(const std::filesystem::path& script, const char* flag);
@@ -182,6 +208,7 @@ std::string gnuplot_quote(const std::string& s) {  // '…' with ' doubled
 
 void write_plot(const std::string& png, const Metrics& metrics, const std::string& title, bool show_scale) {
   const ScratchDir dir("--plot");
+  PendingFile file(png, "--plot");
   std::ostringstream steps, epochs;
   for (const auto& r : metrics.steps) steps << r.step << ' ' << r.loss << ' ' << r.loss_scale << '\n';
   for (const auto& r : metrics.epochs) epochs << r.epoch << ' ' << 100 * r.accuracy << '\n';
@@ -190,7 +217,7 @@ void write_plot(const std::string& png, const Metrics& metrics, const std::strin
   const int panels = show_scale ? 3 : 2;
   std::ostringstream script;
   script << "set terminal pngcairo size 900," << 300 * panels << " font ',10'\n"
-         << "set output " << gnuplot_quote(png) << "\n"
+         << "set output " << gnuplot_quote(file.tmp().string()) << "\n"
          << "set multiplot layout " << panels << ",1 title " << gnuplot_quote(title) << "\n"
          << "set grid\nset key top right\n"
          << "set xlabel 'step'\nset ylabel 'training loss'\n"
@@ -205,6 +232,7 @@ void write_plot(const std::string& png, const Metrics& metrics, const std::strin
   script << "unset multiplot\n";
   write_text(dir / "plot.gp", script.str(), "--plot");
   run_gnuplot(dir / "plot.gp", "--plot");
+  file.commit();
 }
 
 /// Runs gnuplot on `script`; its complaint (one line) becomes a UsageError naming `flag`.
@@ -233,8 +261,10 @@ void write_inspection(const std::string& prefix, const mt::amp::InspectReport& r
     return;
   }
   const ScratchDir dir("--inspect");
-  write_text(dir / "histogram.gp", report.gnuplot_script(prefix + ".png"), "--inspect");
+  PendingFile png(prefix + ".png", "--inspect");
+  write_text(dir / "histogram.gp", report.gnuplot_script(png.tmp().string()), "--inspect");
   run_gnuplot(dir / "histogram.gp", "--inspect");
+  png.commit();
 }
 
 // ---- checkpoints ---------------------------------------------------------------------------------------------------
