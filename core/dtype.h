@@ -166,8 +166,22 @@ decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
   MT_ERROR(op, ": expected a floating dtype (f64, f32, f16, bf16), got ", t);
 }
 
+/// A floating value cut toward zero into the integer type To, defined for every value: NaN gives 0, values past
+/// To's range its lowest or largest. A plain C++ cast of those is undefined (GCC on x86 gives INT_MIN for all of
+/// them in i32/i64 and wraps u8: 300 -> 44; ARM and CUDA's cvt.rzi saturate as here); PyTorch leaves them undefined.
+template <class To, class F>
+constexpr To saturating_cast(F x) {
+  static_assert(std::is_integral_v<To> && std::is_floating_point_v<F>);
+  constexpr F past_largest = F(2) * F(std::numeric_limits<To>::max() / 2 + 1);  // 2^63, 2^31, 256: exact
+  if (x != x) return To(0);
+  if (x >= past_largest) return std::numeric_limits<To>::max();
+  if (x < F(std::numeric_limits<To>::lowest())) return std::numeric_limits<To>::lowest();
+  return static_cast<To>(x);
+}
+
 /// Converts between any two element types the way a cast kernel does:
-/// through opmath, rounding to nearest even once for f16/bf16 targets.
+/// through opmath, rounding to nearest even once for f16/bf16 targets; floating to integer cut toward zero,
+/// saturating (saturating_cast; on a GPU the cvt instruction does the same).
 template <class To, class From>
 MT_HD inline To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
@@ -179,6 +193,12 @@ MT_HD inline To convert(From v) {
       return To(static_cast<float>(v));
   } else if constexpr (std::is_same_v<To, bool>) {
     return static_cast<opmath_t<From>>(v) != opmath_t<From>(0);
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<opmath_t<From>>) {
+#if defined(__CUDA_ARCH__)
+    return static_cast<To>(static_cast<opmath_t<From>>(v));
+#else
+    return saturating_cast<To>(static_cast<opmath_t<From>>(v));
+#endif
   } else {
     return static_cast<To>(static_cast<opmath_t<From>>(v));
   }
