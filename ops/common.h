@@ -1,6 +1,8 @@
 // ops/common.h — small helpers the op definitions share (internal to ops/).
 #pragma once
 
+#include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <vector>
 
@@ -17,9 +19,15 @@ inline std::vector<int64_t> all_dims(const Tensor& t) {
 }
 
 /// A 0-d tensor holding `value` (rounded to `dtype`) on `device`: an operand that broadcasts against anything.
-/// Unlike scalar_tensor, a value past a 16-bit dtype's range becomes its infinity (clamp(x_f16, max=1e5)'s bound,
-/// as PyTorch's ops take their scalars).
+/// Unlike scalar_tensor, it takes what PyTorch's ops take: a value past a 16-bit dtype's range becomes its infinity
+/// (clamp(x_f16, max=1e5)'s bound), and an integer into i32 or u8 wraps as integer arithmetic does (where(c, x_u8,
+/// -1) holds 255), on the CPU and on a GPU alike, where a floating-to-integer cast would saturate.
 inline Tensor scalar_like(double value, DType dtype, Device device) {
+  if ((dtype == DType::kI32 || dtype == DType::kU8) && fits(value, DType::kI64) && value == std::trunc(value)) {
+    const auto wide = static_cast<int64_t>(value);
+    value = dtype == DType::kI32 ? static_cast<double>(static_cast<int32_t>(wide))
+                                 : static_cast<double>(static_cast<uint8_t>(wide));
+  }
   Tensor t = empty({}, TensorOptions(dtype).device(device));
   raw::fill_(t, value);
   return t;

@@ -151,6 +151,12 @@ BOOST_AUTO_TEST_CASE(scalars_that_overflow_their_dtype_are_refused) {
   const mt::Tensor x = mt::full({3}, 60000, mt::kF16);
   BOOST_TEST(mt::clamp(x, std::nullopt, 1e5).to_vector<float>() == x.to_vector<float>());
   BOOST_TEST(mt::where(mt::zeros({3}, mt::kBool), x, 1e5).to_vector<float>() == std::vector<float>(3, inf));
+  // An integer scalar into a narrower integer dtype wraps, as integer arithmetic (and PyTorch) does.
+  const mt::Tensor no = mt::zeros({2}, mt::kBool);
+  BOOST_TEST(mt::where(no, mt::full({2}, 5, mt::kU8), -1).to_vector<int64_t>() == std::vector<int64_t>(2, 255));
+  BOOST_TEST(mt::where(no, mt::full({2}, 5, mt::kI32), 3e9).to_vector<int64_t>() ==
+             std::vector<int64_t>(2, 3000000000 - 4294967296));
+  BOOST_TEST((mt::full({2}, 5, mt::kU8) - 6.0).to_vector<int64_t>() == std::vector<int64_t>(2, 255));
 }
 
 BOOST_AUTO_TEST_CASE(sizes_that_overflow_are_refused_before_allocating) {
