@@ -307,6 +307,24 @@ BOOST_AUTO_TEST_CASE(cast_matches_cpu_for_every_dtype_pair, MT_GPU_TEST) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(floating_to_integer_casts_past_the_range_agree_with_the_cpu, MT_GPU_TEST) {
+  // The CPU defines what C++ leaves undefined (core/dtype.h's saturating_cast: NaN gives 0, a value past the range
+  // the nearest end); the device's cvt.rzi is expected to do the same. u8 is the least certain (a compiler may go
+  // through a 32-bit integer and keep its low byte: 300 -> 44). test_tensor checks the CPU's values themselves.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> values = {nan,  inf,    -inf,    1e30,   -1e30,  300.0, 256.0, -1.0,  -0.75,
+                                      2.9,  -2.9,   255.5,   3e9,    -3e9,   0x1p63, -0x1p63, 0x1p31, -0x1p31};
+  for (DType from : {mt::kF64, mt::kF32, mt::kF16, mt::kBF16}) {
+    const Tensor cpu = mt::from_vector(values).to(from);
+    const Tensor dev = cpu.to(Device::cuda());
+    for (DType to : {mt::kI64, mt::kI32, mt::kU8}) {
+      const std::vector<int64_t> want = cpu.to(to).to_vector<int64_t>(), got = dev.to(to).to_vector<int64_t>();
+      for (size_t i = 0; i < values.size(); ++i)
+        BOOST_TEST(got[i] == want[i], mt::dtype_name(from) << " " << values[i] << " -> " << mt::dtype_name(to));
+    }
+  }
+}
+
 // The device converts float <-> f16 and float -> bf16 with the hardware's cvt instructions (core/half.h) and
 // the CPU with integer code: every 16-bit pattern, and every rounding tie of each with its two neighbours,
 // must give the same bits, NaNs (which the device leaves to the integer code) included.
