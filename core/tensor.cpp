@@ -454,35 +454,25 @@ Tensor allocate(const char* factory, const Shape& shape, TensorOptions options) 
   return Tensor(std::move(impl));
 }
 
+/// A new tensor of `value`s from the factory `op` (the name its errors give); the value must fit the dtype.
+Tensor filled(const char* op, const Shape& shape, double value, TensorOptions options) {
+  check_fits(op, value, options.dtype(), shape);
+  Tensor t = allocate(op, shape, options);
+  raw::fill_(t, value);
+  return t;
+}
+
 }  // namespace
 
 Tensor empty(const Shape& shape, TensorOptions options) { return allocate("empty", shape, options); }
 
-Tensor full(const Shape& shape, double value, TensorOptions options) {
-  check_fits("full", value, options.dtype(), shape);
-  Tensor t = allocate("full", shape, options);
-  raw::fill_(t, value);
-  return t;
-}
-Tensor zeros(const Shape& shape, TensorOptions options) {
-  Tensor t = allocate("zeros", shape, options);
-  raw::fill_(t, 0.0);
-  return t;
-}
-Tensor ones(const Shape& shape, TensorOptions options) {
-  Tensor t = allocate("ones", shape, options);
-  raw::fill_(t, 1.0);
-  return t;
-}
+Tensor full(const Shape& shape, double value, TensorOptions options) { return filled("full", shape, value, options); }
+Tensor zeros(const Shape& shape, TensorOptions options) { return filled("zeros", shape, 0.0, options); }
+Tensor ones(const Shape& shape, TensorOptions options) { return filled("ones", shape, 1.0, options); }
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
-Tensor scalar_tensor(double value, TensorOptions options) {
-  check_fits("scalar_tensor", value, options.dtype(), Shape{});
-  Tensor t = allocate("scalar_tensor", Shape{}, options);
-  raw::fill_(t, value);
-  return t;
-}
+Tensor scalar_tensor(double value, TensorOptions options) { return filled("scalar_tensor", Shape{}, value, options); }
 
 Tensor arange(int64_t end, TensorOptions options) { return arange(0.0, static_cast<double>(end), 1.0, options); }
 
