@@ -168,9 +168,10 @@ decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
 
 /// A floating value cut toward zero into the integer type To, defined for every value: NaN gives 0, values past
 /// To's range its lowest or largest. A plain C++ cast of those is undefined (GCC on x86 gives INT_MIN for all of
-/// them in i32/i64 and wraps u8: 300 -> 44; ARM and CUDA's cvt.rzi saturate as here); PyTorch leaves them undefined.
+/// them in i32/i64 and wraps u8: 300 -> 44; ARM saturates as here; nvcc casts to u8 through cvt.rzi.u32 and keeps
+/// the low byte, 300 -> 44 again); PyTorch leaves them undefined.
 template <class To, class F>
-constexpr To saturating_cast(F x) {
+MT_HD constexpr To saturating_cast(F x) {
   static_assert(std::is_integral_v<To> && std::is_floating_point_v<F>);
   constexpr F past_largest = F(2) * F(std::numeric_limits<To>::max() / 2 + 1);  // 2^63, 2^31, 256: exact
   if (x != x) return To(0);
@@ -181,7 +182,7 @@ constexpr To saturating_cast(F x) {
 
 /// Converts between any two element types the way a cast kernel does:
 /// through opmath, rounding to nearest even once for f16/bf16 targets; floating to integer cut toward zero,
-/// saturating (saturating_cast; on a GPU the cvt instruction does the same).
+/// saturating (saturating_cast), on the CPU and on a GPU alike.
 template <class To, class From>
 MT_HD inline To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
@@ -194,11 +195,7 @@ MT_HD inline To convert(From v) {
   } else if constexpr (std::is_same_v<To, bool>) {
     return static_cast<opmath_t<From>>(v) != opmath_t<From>(0);
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<opmath_t<From>>) {
-#if defined(__CUDA_ARCH__)
-    return static_cast<To>(static_cast<opmath_t<From>>(v));
-#else
     return saturating_cast<To>(static_cast<opmath_t<From>>(v));
-#endif
   } else {
     return static_cast<To>(static_cast<opmath_t<From>>(v));
   }

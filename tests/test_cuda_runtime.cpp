@@ -308,9 +308,9 @@ BOOST_AUTO_TEST_CASE(cast_matches_cpu_for_every_dtype_pair, MT_GPU_TEST) {
 }
 
 BOOST_AUTO_TEST_CASE(floating_to_integer_casts_past_the_range_agree_with_the_cpu, MT_GPU_TEST) {
-  // The CPU defines what C++ leaves undefined (core/dtype.h's saturating_cast: NaN gives 0, a value past the range
-  // the nearest end); the device's cvt.rzi is expected to do the same. u8 is the least certain (a compiler may go
-  // through a 32-bit integer and keep its low byte: 300 -> 44). test_tensor checks the CPU's values themselves.
+  // C++ leaves these casts undefined; core/dtype.h's saturating_cast defines them on both sides (NaN gives 0, a
+  // value past the range the nearest end). A plain cast on the device saturates to i32/i64 (cvt.rzi) but not to u8:
+  // nvcc converts through a u32 and keeps its low byte (300 -> 44). test_tensor checks the CPU's values themselves.
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<double> values = {nan,  inf,    -inf,    1e30,   -1e30,  300.0, 256.0, -1.0,  -0.75,
                                       2.9,  -2.9,   255.5,   3e9,    -3e9,   0x1p63, -0x1p63, 0x1p31, -0x1p31};

@@ -105,7 +105,7 @@ BOOST_AUTO_TEST_CASE(dtype_conversion) {
 
 BOOST_AUTO_TEST_CASE(floating_to_integer_casts_saturate) {
   // C++ leaves a cast of NaN, or of a value past the integer type's range, undefined (GCC on x86 gives INT_MIN
-  // for all of them in i32/i64 and wraps u8; ARM and CUDA's cvt saturate). mixtape defines it as the GPU does:
+  // for all of them in i32/i64 and wraps u8; ARM and CUDA's cvt saturate). mixtape defines it on every device:
   // NaN gives 0, a value past the range the nearest end, the rest is cut toward zero. Every floating dtype to
   // every integer one, from a contiguous tensor and from a transposed view.
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
