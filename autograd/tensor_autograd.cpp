@@ -92,7 +92,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 Tensor& Tensor::fill_(double value) {
   checked();
   check_inplace_allowed(*this, "fill_");
-  MT_CHECK(fits(value, dtype()), "fill_: the value ", value, " overflows ", dtype(), " (shape ", shape(), ")");
+  check_fits("fill_", value, dtype(), shape());
   raw::fill_(*this, value);
   return *this;
 }

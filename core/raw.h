@@ -35,4 +35,8 @@ void copy_(const Tensor& dst, const Tensor& src);
 void fill_(const Tensor& dst, double value);
 }  // namespace raw
 
+/// The scalar `value` written into `dtype` by `op` (full, fill_, set, arange): an error naming the op and `shape`
+/// unless it fits (fits() in dtype.h, PyTorch's "value cannot be converted to type ... without overflow").
+void check_fits(const char* op, double value, DType dtype, const Shape& shape);
+
 }  // namespace mixtape

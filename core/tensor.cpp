@@ -93,12 +93,6 @@ T read_element(const Tensor& cpu_tensor, int64_t element_offset) {
   });
 }
 
-/// The scalar `value` written into `dtype` by `op`: an error unless it fits (PyTorch's "value cannot be converted
-/// to type ... without overflow"), instead of an integer cast's undefined result or an inf from a finite value.
-void check_fits(const char* op, double value, DType dtype, const Shape& shape) {
-  MT_CHECK(fits(value, dtype), op, ": the value ", value, " overflows ", dtype, " (shape ", shape, ")");
-}
-
 /// read_element for item() and at(): an error when the element does not fit T (an f64 1e30 asked for as an i64).
 template <class T>
 T read_fitting_element(const Tensor& cpu_tensor, int64_t element_offset, const char* op) {
@@ -110,6 +104,11 @@ T read_fitting_element(const Tensor& cpu_tensor, int64_t element_offset, const c
 }
 
 }  // namespace
+
+// check_fits (core/raw.h): instead of an integer cast's undefined result or an inf from a finite value.
+void check_fits(const char* op, double value, DType dtype, const Shape& shape) {
+  MT_CHECK(fits(value, dtype), op, ": the value ", value, " overflows ", dtype, " (shape ", shape, ")");
+}
 
 // ---- metadata ---------------------------------------------------------------------
 
