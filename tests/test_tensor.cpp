@@ -132,7 +132,9 @@ BOOST_AUTO_TEST_CASE(floating_to_integer_casts_saturate) {
       for (int64_t i = 0; i < n; ++i) {
         const auto k = static_cast<size_t>(i);
         BOOST_TEST(got[k] == expected(held[k], to), mt::dtype_name(from) << " " << held[k] << " -> " << to);
-        BOOST_TEST(got2[2 * k] == expected(held[k], to), "strided " << mt::dtype_name(from) << " " << held[k]);
+        for (size_t column : {size_t{0}, size_t{1}})
+          BOOST_TEST(got2[2 * k + column] == expected(held[k], to),
+                     "strided " << mt::dtype_name(from) << " " << held[k] << " column " << column);
       }
     }
   }

@@ -589,7 +589,17 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", opt.schedule, "learning rate over the run: cosine decay to 0, onecycle, or constant")
       ->check(CLI::IsMember({"cosine", "onecycle", "constant"}));
   app.add_option("--seed", opt.seed, "seed of the initialisation, the shuffling and dropout");
-  app.add_option("--threads", opt.threads, "CPU threads (OpenMP, OpenBLAS)")->check(positive);
+  // Threads beyond the CPUs only wait on one another, and libgomp cannot start tens of thousands (it aborts or
+  // crashes in the first parallel region): at most the CPUs or 64 (OpenBLAS's own most), whichever is more.
+  const int most_threads = static_cast<int>(std::max(64U, std::thread::hardware_concurrency()));
+  app.add_option("--threads", opt.threads, "CPU threads (OpenMP, OpenBLAS)")
+      ->check(positive)
+      ->check(CLI::Validator(
+          [most_threads](std::string& value) -> std::string {
+            const bool fits = std::strtod(value.c_str(), nullptr) <= most_threads;
+            return fits ? "" : value + " is more than " + std::to_string(most_threads) + " (the most here)";
+          },
+          ""));
   app.add_option("--data", opt.data,
                  "the MNIST directory [default: $MIXTAPE_MNIST_DIR, ./data/mnist, Debian's Fashion-MNIST]");
   app.add_option("--save", opt.save, "write a checkpoint (safetensors) here after each epoch");
