@@ -589,8 +589,9 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", opt.schedule, "learning rate over the run: cosine decay to 0, onecycle, or constant")
       ->check(CLI::IsMember({"cosine", "onecycle", "constant"}));
   app.add_option("--seed", opt.seed, "seed of the initialisation, the shuffling and dropout");
-  // Threads beyond the CPUs only wait on one another, and libgomp cannot start tens of thousands (it aborts or
-  // crashes in the first parallel region): at most the CPUs or 64 (OpenBLAS's own most), whichever is more.
+  // Threads beyond the CPUs only wait on one another (on 2 cores, 100,000 slowed the MLP 6x and stalled the CNN),
+  // and libgomp cannot start tens of thousands (a bare parallel region aborted at 50,000 and crashed at 100,000):
+  // at most the CPUs or 64 (Debian's OpenBLAS's own most), whichever is more.
   const int most_threads = static_cast<int>(std::max(64U, std::thread::hardware_concurrency()));
   app.add_option("--threads", opt.threads, "CPU threads (OpenMP, OpenBLAS)")
       ->check(positive)
