@@ -105,9 +105,9 @@ BOOST_AUTO_TEST_CASE(dtype_conversion) {
 
 BOOST_AUTO_TEST_CASE(floating_to_integer_casts_saturate) {
   // C++ leaves a cast of NaN, or of a value past the integer type's range, undefined (GCC on x86 gives INT_MIN
-  // for all of them in i32/i64 and wraps u8; ARM and CUDA's cvt saturate). mixtape defines it on every device:
-  // NaN gives 0, a value past the range the nearest end, the rest is cut toward zero. Every floating dtype to
-  // every integer one, from a contiguous tensor and from a transposed view.
+  // for all of them in i32/i64 and wraps u8; ARM saturates; nvcc saturates i32/i64 and wraps u8, core/dtype.h).
+  // mixtape defines it on every device: NaN gives 0, a value past the range the nearest end, the rest is cut
+  // toward zero. Every floating dtype to every integer one, from a contiguous tensor and from a transposed view.
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<double> values = {nan,   inf,  -inf, 1e30, -1e30,  300.0, -1.0,    -0.75,  2.9,
                                       -2.9, 255.5, 3e9,  -3e9, 0x1p63, -0x1p63, 0x1p31, -0x1p31, 0x1p62};

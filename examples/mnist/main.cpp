@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -563,17 +564,19 @@ int main(int argc, char** argv) {
   CLI::App app{"Trains an MLP or a CNN on MNIST with mixtape, in fp32, fp16 or bf16, on the CPU or a GPU.", "mnist"};
   app.option_defaults()->always_capture_default();
   // CLI11's PositiveNumber names DBL_MAX in its message: these say what is wanted.
-  auto at_least = [](double low, const char* text) {
+  auto within = [](double low, double high, std::string text) {
     return CLI::Validator(
-        [low, text](std::string& value) -> std::string {
+        [low, high, text](std::string& value) -> std::string {
           char* end = nullptr;
           const double v = std::strtod(value.c_str(), &end);
-          return end != value.c_str() && *end == '\0' && std::isfinite(v) && v >= low ? "" : value + " is not " + text;
+          const bool number = end != value.c_str() && *end == '\0' && std::isfinite(v);
+          return number && v >= low && v <= high ? "" : value + " is not " + text;
         },
         "");
   };
-  const CLI::Validator positive = at_least(std::nextafter(0.0, 1.0), "a number > 0");
-  const CLI::Validator non_negative = at_least(0.0, "a number >= 0");
+  const double huge = std::numeric_limits<double>::max();
+  const CLI::Validator positive = within(std::nextafter(0.0, 1.0), huge, "a number > 0");
+  const CLI::Validator non_negative = within(0.0, huge, "a number >= 0");
   app.add_option("--model", opt.model, "mlp (784-512-512-10) or cnn (pytorch/examples' net)")
       ->check(CLI::IsMember({"mlp", "cnn"}));
   app.add_option("--precision", opt.precision, "fp32; fp16 (autocast + loss scaling); bf16 (autocast)")
@@ -594,13 +597,7 @@ int main(int argc, char** argv) {
   // at most the CPUs or 64 (Debian's OpenBLAS's own most), whichever is more.
   const int most_threads = static_cast<int>(std::max(64U, std::thread::hardware_concurrency()));
   app.add_option("--threads", opt.threads, "CPU threads (OpenMP, OpenBLAS)")
-      ->check(positive)
-      ->check(CLI::Validator(
-          [most_threads](std::string& value) -> std::string {
-            const bool fits = std::strtod(value.c_str(), nullptr) <= most_threads;
-            return fits ? "" : value + " is more than " + std::to_string(most_threads) + " (the most here)";
-          },
-          ""));
+      ->check(within(1, most_threads, "a number of threads in [1, " + std::to_string(most_threads) + "]"));
   app.add_option("--data", opt.data,
                  "the MNIST directory [default: $MIXTAPE_MNIST_DIR, ./data/mnist, Debian's Fashion-MNIST]");
   app.add_option("--save", opt.save, "write a checkpoint (safetensors) here after each epoch");
