@@ -867,7 +867,10 @@ std::vector<Generator> generators() {
                    std::ostringstream what;
                    what << (nll ? "nll_loss" : "cross_entropy") << " reduction " << reduction << " ignore_index "
                         << ignore << " label_smoothing " << smoothing;
-                   Input t = indices(d, target, d.chance(0.1) ? -100 : 0, C - 1 + (d.chance(0.05) ? 1 : 0));
+                   // One draw a statement: a call's arguments are evaluated in no set order (GCC went right to
+                   // left when the answers were recorded, clang goes left to right), and the calls follow the draws.
+                   const bool past_the_classes = d.chance(0.05), ignored = d.chance(0.1);
+                   Input t = indices(d, target, ignored ? -100 : 0, C - 1 + (past_the_classes ? 1 : 0));
                    return make_call(
                        what.str(), {floats(d, logits), t},
                        [=](const std::vector<mt::Tensor>& a) {
@@ -898,8 +901,10 @@ std::vector<Generator> generators() {
                  const Sizes s = sizes(d, 0, 3);
                  const int64_t dim = any_dim(d, s.size());
                  const int64_t size = s.empty() ? 1 : s[((dim % static_cast<int64_t>(s.size())) + s.size()) % s.size()];
-                 Input index = indices(d, {d.pick<int64_t>({0, 1, 3, 5})}, d.chance(0.1) ? -1 : 0,
-                                       size - 1 + (d.chance(0.05) ? 1 : 0));
+                 // One draw a statement, in the order GCC took when the answers were recorded (as the losses').
+                 const bool past_the_end = d.chance(0.05), negative = d.chance(0.1);
+                 const int64_t n = d.pick<int64_t>({0, 1, 3, 5});
+                 Input index = indices(d, {n}, negative ? -1 : 0, size - 1 + (past_the_end ? 1 : 0));
                  // mixtape refuses a 0-d x; 1.13 answers x[0] for any index, read out of bounds for all but 0 (so
                  // its answers would change from run to run): asked only with x of one dim or more.
                  return make_call("index_select dim " + std::to_string(dim), {floats(d, s), index},
@@ -1059,8 +1064,10 @@ std::vector<Generator> generators() {
 using Json = nlohmann::basic_json<std::map, std::vector, std::string, bool, std::int64_t, std::uint64_t, float>;
 
 const char* const kGoldenFile = MIXTAPE_GOLDEN_DIR "/libtorch_ops.json.gz";
+#if MIXTAPE_WITH_LIBTORCH
 constexpr int kRounds = 400;        // calls of each generator asked live, with uniform and with tied values
-constexpr int kGoldenRounds = 100;  // the first of them, recorded (the file: ~1.1 MB)
+constexpr int kGoldenRounds = 100;  // the first of them, recorded (the file: ~1.1 MB); a replay reads the file's count
+#endif
 constexpr size_t kGoldenValues = 32;  // values a recorded tensor keeps (below)
 
 const char* values_name(Values values) {
