@@ -20,7 +20,6 @@ Tensor permute(const Tensor& x, const Shape& dims);
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
 Tensor select(const Tensor& x, int64_t dim, int64_t index);
 Tensor expand(const Tensor& x, const Shape& shape);
-Tensor squeeze(const Tensor& x);
 Tensor squeeze(const Tensor& x, int64_t dim);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 /// A view with new shape/strides/offset over the same storage (bounds-checked).

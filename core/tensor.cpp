@@ -243,13 +243,6 @@ Tensor expand(const Tensor& x, const Shape& target) {
   return make_view(x, sh, st, x.storage_offset());
 }
 
-Tensor squeeze(const Tensor& x) {
-  Shape sh, st;
-  for (int64_t i = 0; i < x.dim(); ++i)
-    if (x.shape()[i] != 1) sh.push_back(x.shape()[i]), st.push_back(x.strides()[i]);
-  return make_view(x, sh, st, x.storage_offset());
-}
-
 Tensor squeeze(const Tensor& x, int64_t dim_in) {
   int64_t d = wrap_dim(dim_in, x.dim(), "squeeze", x.shape());
   if (x.dim() == 0 || x.shape()[d] != 1) return x;

@@ -164,14 +164,6 @@ std::vector<Tensor> Optimizer::parameters() const {
   return out;
 }
 
-size_t Optimizer::index_of(size_t group, size_t i) const {
-  MT_CHECK(group < m_groups.size() && i < m_groups[group].params.size(), m_name, ": no parameter ", i,
-           " in param group ", group, " (", m_groups.size(), " groups)");
-  size_t index = i;
-  for (size_t g = 0; g < group; ++g) index += m_groups[g].params.size();
-  return index;
-}
-
 void Optimizer::step() { update(Tensor()); }
 
 void Optimizer::step(const Tensor& found_inf) {

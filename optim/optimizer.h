@@ -138,9 +138,6 @@ class Optimizer {
   std::vector<ParamState>& state() { return m_state; }
   const std::vector<ParamState>& state() const { return m_state; }
 
-  /// The global index of parameter `i` of `group` (its key in state_dict()).
-  size_t index_of(size_t group, size_t i) const;
-
   // ---- for the derived optimizers (optim/sgd.cpp, optim/adam.cpp) ----
 
   /// One update, skipped where found_inf (undefined: never) is nonzero: what step() and step(found_inf) call. For
