@@ -521,6 +521,10 @@ Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
 Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
 Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(const Tensor& a, double b) { return autograd::apply<DivScalar>(a, b); }
+Tensor operator/(double a, const Tensor& b) {
+  ops::check::defined("div", b, "b");
+  return div(scalar_like(a, b), b);  // LibTorch's fill + div_: a rounded to b's dtype, one division
+}
 
 Tensor eq(const Tensor& a, const Tensor& b) { return compare("eq", BinaryOp::kEq, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return compare("ne", BinaryOp::kNe, a, b); }

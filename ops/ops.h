@@ -67,6 +67,9 @@ Tensor operator-(double a, const Tensor& b);
 Tensor operator*(const Tensor& a, double b);
 Tensor operator*(double a, const Tensor& b);
 Tensor operator/(const Tensor& a, double b);
+/// a / b elementwise: `a` as a 0-d tensor of b's dtype on b's device, divided by b (LibTorch's `a / b`; Python's
+/// `a / b` multiplies by b.reciprocal() instead, two roundings). `1.0 / (1.0 + mt::exp(-x))`.
+Tensor operator/(double a, const Tensor& b);
 /// Comparisons (no gradient): a kBool tensor, after promoting a and b to their common dtype and broadcasting,
 /// like torch.eq/ne/lt/le/gt/ge. Accuracy: `mt::mean(mt::eq(mt::argmax(logits, 1), y).to(mt::kF32))`.
 Tensor eq(const Tensor& a, const Tensor& b);

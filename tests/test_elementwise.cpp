@@ -66,6 +66,9 @@ MT_OP_CASE({.op = "mul", .label = "same tensor twice",
 MT_OP_CASE({.op = "div", .label = "broadcast [3,4] / [4]",
             .f = [](const In& in) { return in[0] / in[1]; },
             .inputs = [] { return In{mt::randn({3, 4}), positive({4})}; }});
+MT_OP_CASE({.op = "div", .label = "2 / x: the scalar a 0-d tensor of x's dtype",
+            .f = [](const In& in) { return 2.0 / in[0]; },
+            .inputs = [] { return In{mt::test::non_contiguous(positive({2, 3}), "strided")}; }});
 MT_OP_CASE({.op = "div", .label = "strided denominator",
             .f = [](const In& in) { return mt::div(in[0], in[1]); },
             .inputs = [] { return In{mt::randn({2, 3}), mt::test::non_contiguous(positive({2, 3}), "strided")}; }});
@@ -702,6 +705,25 @@ BOOST_AUTO_TEST_CASE(misuse_gets_errors_naming_op_shapes_and_dtypes, MT_CPU_TEST
   expect_error([&] { mt::where(mt::zeros({4}, DType::kBool), f32, f32); }, {"where: shapes [4] and [2, 3]"});
   expect_error([&] { mt::where(Tensor(), f32, f32); }, {"where:", "condition", "undefined"});
   expect_error([&] { mt::where(mt::zeros({3}, DType::kBool), i64, 0.5); }, {"where: the scalar 0.5 is not an integer"});
+  expect_error([&] { (void)(1.0 / Tensor()); }, {"div:", "b", "undefined"});
+  expect_error([&] { (void)(1.0 / i64); }, {"div: expected a floating dtype", "i64"});
+}
+
+BOOST_AUTO_TEST_CASE(a_scalar_over_a_tensor_is_one_rounded_division, MT_CPU_TEST) {
+  // LibTorch's a / b: a filled into b's dtype, then one division (not a · (1 / b)); the gradient reaches b alone.
+  for (const DType dtype : {mt::kF64, mt::kF32, mt::kF16, mt::kBF16}) {
+    BOOST_TEST_CONTEXT(dtype) {
+      const double inf = std::numeric_limits<double>::infinity();
+      const Tensor b = mt::from_vector<double>({3.0, -7.0, 0.1, 1e-3, 0.0, inf}, {6}, dtype).requires_grad_();
+      const Tensor y = 0.1 / b;
+      BOOST_TEST(y.dtype() == dtype);
+      const Tensor want = mt::div(mt::full({6}, 0.1, dtype), b.detach());
+      BOOST_TEST(y.to(mt::kF64).to_vector<double>() == want.to(mt::kF64).to_vector<double>(),
+                 boost::test_tools::per_element());
+      mt::sum(y).backward();
+      BOOST_TEST(b.grad().defined());
+    }
+  }
 }
 
 // ---- abs, clamp, maximum, minimum, where: PyTorch's values and gradients at the edges ------------------------------
