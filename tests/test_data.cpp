@@ -463,6 +463,28 @@ BOOST_AUTO_TEST_CASE(normalises_exactly_to_f32_rounding, MT_CPU_TEST) {
   BOOST_TEST(loader.begin()->x.to_vector<float>() == (std::vector<float>{0.0f, 0.75f, -0.75f}),
              boost::test_tools::per_element());
   BOOST_TEST(loader.begin()->x.shape() == (Shape{3, 1}));
+  // f64 inputs neither, computed in f64 and rounded once to f32 (in f32, 0.5 + 1e-12 would be 0.5, and give 0);
+  // i32 targets arrive as i64.
+  TensorDataset doubles(from_vector<double>({0.5, 2.0, -1.0, 0.5 + 1e-12}, {4, 1}), tensor<int32_t>({3, 2, 1, 0}));
+  DataLoader f64_loader(doubles, {.batch_size = 4, .mean = 0.5, .std = 2.0});
+  BOOST_TEST(f64_loader.options().batch_size == 4);
+  BOOST_TEST(f64_loader.begin()->x.to_vector<float>() ==
+                 (std::vector<float>{0.0f, 0.75f, -0.75f, static_cast<float>((0.5 + 1e-12 - 0.5) / 2.0)}),
+             boost::test_tools::per_element());
+  BOOST_TEST(f64_loader.begin()->y.to_vector<int64_t>() == (std::vector<int64_t>{3, 2, 1, 0}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(an_empty_dataset_gives_no_batches, MT_CPU_TEST) {
+  const TensorDataset empty(zeros({0, 2, 3}, DType::kU8), arange(0));
+  for (bool drop_last : {false, true}) {
+    DataLoader loader(empty, {.batch_size = 4, .shuffle = true, .drop_last = drop_last});
+    BOOST_TEST(loader.size() == 0);
+    BOOST_TEST(loader.num_samples() == 0);
+    int64_t batches = 0;
+    for (auto& batch : loader) batches += batch.x.size(0) + 1;
+    BOOST_TEST(batches == 0);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(shuffles_reproducibly_a_new_permutation_each_epoch, MT_CPU_TEST) {

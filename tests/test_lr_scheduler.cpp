@@ -91,6 +91,14 @@ const std::map<std::string, Make>& schedules() {
          return std::make_shared<optim::SequentialLR>(o, std::vector<std::shared_ptr<optim::LRScheduler>>{a, b},
                                                       std::vector<int64_t>{4});
        }},
+      {"SequentialLR(LinearLR(0.5, 1.0, 2), StepLR(2, 0.5), LinearLR(0.25, 1.0, 3), [3, 8])",
+       [](optim::Optimizer& o) {  // StepLR and LinearLR restart at a milestone through their closed forms
+         auto a = std::make_shared<optim::LinearLR>(o, 0.5, 1.0, 2);
+         auto b = std::make_shared<optim::StepLR>(o, 2, 0.5);
+         auto c = std::make_shared<optim::LinearLR>(o, 0.25, 1.0, 3);
+         return std::make_shared<optim::SequentialLR>(o, std::vector<std::shared_ptr<optim::LRScheduler>>{a, b, c},
+                                                      std::vector<int64_t>{3, 8});
+       }},
   };
   return m;
 }

@@ -353,6 +353,12 @@ BOOST_AUTO_TEST_CASE(printout_matches_pytorch, MT_CPU_TEST) {
   BOOST_TEST(nn::Sequential().repr() == "Sequential()");
   BOOST_TEST(nn::BatchNorm2d(4, 1e-5, 0.01).repr() ==
              "BatchNorm2d(4, eps=1e-05, momentum=0.01, affine=True, track_running_stats=True)");
+  // Python's repr of other floats: fractions past the point, whole numbers, the edges of fixed notation.
+  for (const auto& [eps, text] : std::vector<std::pair<double, std::string>>{
+           {2.5, "2.5"}, {1234.5, "1234.5"}, {100.0, "100.0"}, {0.00012, "0.00012"}, {1.5e-7, "1.5e-07"},
+           {123456789012345.6, "123456789012345.6"}, {1e16, "1e+16"}, {2.5e300, "2.5e+300"}})
+    BOOST_TEST(nn::BatchNorm1d(3, eps).repr() ==
+               "BatchNorm1d(3, eps=" + text + ", momentum=0.1, affine=True, track_running_stats=True)");
 }
 
 BOOST_AUTO_TEST_CASE(state_dict_round_trip, MT_CPU_TEST) {
@@ -599,9 +605,25 @@ BOOST_AUTO_TEST_CASE(batch_norm_running_statistics, MT_CPU_TEST) {
   BOOST_TEST(bn.num_batches_tracked.item<int64_t>() == 2);
   expect_values(bn.running_mean, rm, kExact, "eval leaves running_mean");
 
+  // buffers() are named_buffers()' tensors, the layer's own handles; reset_running_stats() empties them in place.
+  const std::vector<Tensor> buffers = bn.buffers();
+  BOOST_TEST_REQUIRE(buffers.size() == 3u);
+  BOOST_TEST(buffers[0].is_same(bn.running_mean));
+  BOOST_TEST(buffers[1].is_same(bn.running_var));
+  BOOST_TEST(buffers[2].is_same(bn.num_batches_tracked));
+  const std::vector<double> weight = bn.weight.to_vector<double>();
+  bn.reset_running_stats();
+  expect_values(bn.running_mean, {0, 0}, kExact, "reset running_mean");
+  expect_values(bn.running_var, {1, 1}, kExact, "reset running_var");
+  BOOST_TEST(bn.num_batches_tracked.item<int64_t>() == 0);
+  BOOST_TEST(bn.running_mean.is_same(buffers[0]), "reset in place: the handles stay");
+  expect_values(bn.weight, weight, kExact, "reset leaves the affine parameters");
+
   // track_running_stats = false: no buffers, the batch's statistics in both modes.
   nn::BatchNorm1d plain(2, 1e-5, 0.1, true, false);
   BOOST_TEST(plain.named_buffers().empty());
+  BOOST_TEST(plain.buffers().empty());
+  plain.reset_running_stats();  // nothing to reset, as in PyTorch
   BOOST_TEST(plain.state_dict().keys() == (std::vector<std::string>{"weight", "bias"}), tt::per_element());
   plain.eval();
   expect_close(plain(x1), y1, f32, "track_running_stats=false uses the batch in eval");

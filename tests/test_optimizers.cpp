@@ -460,6 +460,8 @@ BOOST_AUTO_TEST_CASE(bad_parameters_and_options_are_errors, MT_CPU_TEST) {
   BOOST_TEST(sgd.parameters().size() == 2u);
   BOOST_TEST(sgd.name() == "SGD");
   expect_error([&] { sgd.param_groups()[0].options.get("beta1"); }, {"no option 'beta1'", "lr, momentum"});
+  expect_error([&] { sgd.param_groups()[0].options.set("beta1", 0.9); },
+               {"GroupOptions::set", "no option 'beta1'", "lr, momentum"});  // a typo is not a new option
 
   // A gradient of another dtype cannot be set (Tensor::set_grad refuses it); step() checks again for gradients
   // that reach a parameter some other way.

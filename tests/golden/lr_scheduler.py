@@ -49,6 +49,10 @@ CASES = [
      lambda o: S.SequentialLR(o, [S.LinearLR(o, 0.1, 1.0, 5), S.CosineAnnealingLR(o, 15)], [5])),
     ("SequentialLR(StepLR(2, 0.5), MultiStepLR([1, 3], 0.1), [4])", "SGD", 10,
      lambda o: S.SequentialLR(o, [S.StepLR(o, 2, 0.5), S.MultiStepLR(o, [1, 3], 0.1)], [4])),
+    # StepLR and LinearLR after a milestone: each restarts there through its closed form (step(0)).
+    ("SequentialLR(LinearLR(0.5, 1.0, 2), StepLR(2, 0.5), LinearLR(0.25, 1.0, 3), [3, 8])", "SGD", 14,
+     lambda o: S.SequentialLR(o, [S.LinearLR(o, 0.5, 1.0, 2), S.StepLR(o, 2, 0.5), S.LinearLR(o, 0.25, 1.0, 3)],
+                              [3, 8])),
 ]
 
 
