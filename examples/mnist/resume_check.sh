@@ -1,0 +1,54 @@
+#!/bin/sh
+# examples/mnist/resume_check.sh MNIST — ctest example_mnist_resume: a run stopped after its first epoch and continued
+# with --resume ends where the uninterrupted run ends, to the byte; --plot and --inspect write their files.
+#
+# Two epochs of 10 steps (batch 6000), in two recipes: fp16 with AdamW, the cosine schedule and the GradScaler; fp32
+# with SGD (momentum) and onecycle. Each trains once whole and once split: --max-steps 10 (the first epoch, then its
+# checkpoint) and --resume from that checkpoint, saving over it. The final checkpoints must be the same bytes
+# (weights, optimizer state, loss scale, schedule, generator), and the --metrics files the same lines but for their
+# clocks (the resumed run appends to the file). Then a PNG from --plot (fp16's, with the loss scale) and the three
+# files of --inspect. Skips without MIXTAPE_MNIST_DIR; the PNGs are checked where gnuplot is on PATH.
+set -u
+mnist=$1
+[ -n "${MIXTAPE_MNIST_DIR:-}" ] || { echo "MIXTAPE_MNIST_DIR is unset: skipped"; exit 0; }
+dir=$(mktemp -d) || exit 1
+trap 'rm -rf "$dir"' EXIT
+
+fail() { printf '%s\n' "$log"; echo "FAIL: $*"; exit 1; }
+# run ARGS...: two epochs of 10 steps; the output in $log, and a failed run fails the check.
+run() { log=$("$mnist" --epochs 2 --batch-size 6000 --threads 2 "$@" 2>&1) || fail "mnist $*"; }
+# The metrics without their clocks (samples/s, seconds): what a resumed run must repeat.
+untimed() { sed -E 's/"(samples_per_s|time_s|train_time_s)":[^,}]*,?//g' "$1"; }
+is_png() { [ "$(head -c 4 "$1" | tail -c 3)" = PNG ]; }
+
+# check NAME ARGS...: the whole run and the split one end with the same checkpoint and metrics.
+check() {
+  name=$1
+  shift
+  run "$@" --save "$dir/$name-whole.st" --metrics "$dir/$name-whole.jsonl"
+  run "$@" --max-steps 10 --save "$dir/$name-split.st" --metrics "$dir/$name-split.jsonl"
+  run "$@" --resume "$dir/$name-split.st" --save "$dir/$name-split.st" --metrics "$dir/$name-split.jsonl"
+  case "$log" in *"resumed from $dir/$name-split.st after epoch 1 (step 10)"*) ;; *) fail "$name: not resumed" ;; esac
+  cmp -s "$dir/$name-whole.st" "$dir/$name-split.st" ||
+    fail "$name: the resumed run's checkpoint differs from the uninterrupted run's"
+  untimed "$dir/$name-whole.jsonl" >"$dir/whole"
+  untimed "$dir/$name-split.jsonl" >"$dir/split"
+  [ "$(grep -c '"type":"epoch"' "$dir/whole")" -eq 2 ] || fail "$name: $(cat "$dir/whole")"
+  diff "$dir/whole" "$dir/split" || fail "$name: the metrics of the split run differ (above)"
+  echo "ok: $name: resumed after epoch 1, the same checkpoint and metrics as the uninterrupted run"
+}
+check fp16-adamw-cosine --precision fp16
+check fp32-sgd-onecycle --optimizer sgd --schedule onecycle
+
+if command -v gnuplot >/dev/null; then
+  run --precision fp16 --max-steps 12 --log-interval 2 --plot "$dir/run.png"
+  is_png "$dir/run.png" || fail "--plot wrote no PNG"
+  echo "ok: --plot wrote a PNG"
+fi
+run --precision fp16 --max-steps 3 --inspect "$dir/numerics" --inspect-step 2
+[ "$(head -n 1 "$dir/numerics.txt")" = "step 2" ] || fail "--inspect: numerics.txt does not start with 'step 2'"
+grep -q '"ops"' "$dir/numerics.json" || fail "--inspect: numerics.json has no \"ops\""
+if command -v gnuplot >/dev/null; then
+  is_png "$dir/numerics.png" || fail "--inspect wrote no PNG"
+fi
+echo "ok: --inspect wrote numerics.txt, .json$(command -v gnuplot >/dev/null && echo ' and .png')"
