@@ -7,7 +7,8 @@
 # checkpoint) and --resume from that checkpoint, saving over it. The final checkpoints must be the same bytes
 # (weights, optimizer state, loss scale, schedule, generator), and the --metrics files the same lines but for their
 # clocks (the resumed run appends to the file). Then a PNG from --plot (fp16's, with the loss scale) and the three
-# files of --inspect. Skips without MIXTAPE_MNIST_DIR; the PNGs are checked where gnuplot is on PATH.
+# files of --inspect (its JSON metering fc1.weight's update). Skips without MIXTAPE_MNIST_DIR; the PNGs are checked
+# where gnuplot is on PATH.
 set -u
 mnist=$1
 [ -n "${MIXTAPE_MNIST_DIR:-}" ] || { echo "MIXTAPE_MNIST_DIR is unset: skipped"; exit 0; }
@@ -48,6 +49,7 @@ fi
 run --precision fp16 --max-steps 3 --inspect "$dir/numerics" --inspect-step 2
 [ "$(head -n 1 "$dir/numerics.txt")" = "step 2" ] || fail "--inspect: numerics.txt does not start with 'step 2'"
 grep -q '"ops"' "$dir/numerics.json" || fail "--inspect: numerics.json has no \"ops\""
+grep -q '"name": "fc1.weight"' "$dir/numerics.json" || fail "--inspect: numerics.json meters no update of fc1.weight"
 if command -v gnuplot >/dev/null; then
   is_png "$dir/numerics.png" || fail "--inspect wrote no PNG"
 fi
