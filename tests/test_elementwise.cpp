@@ -722,6 +722,12 @@ BOOST_AUTO_TEST_CASE(a_scalar_over_a_tensor_is_one_rounded_division, MT_CPU_TEST
                  boost::test_tools::per_element());
       mt::sum(y).backward();
       BOOST_TEST(b.grad().defined());
+      // The other scalar-first operators are the tensor-first ones.
+      const Tensor x = b.detach();
+      for (const auto& [got, same] : {std::pair{2.5 + x, x + 2.5}, std::pair{2.5 * x, x * 2.5},
+                                      std::pair{2.5 - x, -x + 2.5}})
+        BOOST_TEST(got.to(mt::kF64).to_vector<double>() == same.to(mt::kF64).to_vector<double>(),
+                   boost::test_tools::per_element());
     }
   }
 }
