@@ -722,10 +722,10 @@ BOOST_AUTO_TEST_CASE(a_scalar_over_a_tensor_is_one_rounded_division, MT_CPU_TEST
                  boost::test_tools::per_element());
       mt::sum(y).backward();
       BOOST_TEST(b.grad().defined());
-      // The other scalar-first operators are the tensor-first ones.
+      // The other scalar-first operators: the scalar-last ones, and 2.5 − x the subtraction (one rounding).
       const Tensor x = b.detach();
       for (const auto& [got, same] : {std::pair{2.5 + x, x + 2.5}, std::pair{2.5 * x, x * 2.5},
-                                      std::pair{2.5 - x, -x + 2.5}})
+                                      std::pair{2.5 - x, mt::full({6}, 2.5, dtype) - x}})
         BOOST_TEST(got.to(mt::kF64).to_vector<double>() == same.to(mt::kF64).to_vector<double>(),
                    boost::test_tools::per_element());
     }
