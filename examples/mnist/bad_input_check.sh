@@ -1,6 +1,7 @@
 #!/bin/sh
-# examples/mnist/bad_input_check.sh MNIST — ctest example_mnist_bad_input: bad flags, a missing data directory and a
-# damaged file each give one line on stderr, nothing on stdout, and a non-zero exit (2 for flags, 1 for the rest).
+# examples/mnist/bad_input_check.sh MNIST — ctest example_mnist_bad_input: bad flags, a missing data directory, a
+# damaged file and a --resume that does not fit its checkpoint each give one line on stderr, nothing on stdout, and a
+# non-zero exit (2 for flags, 1 for the rest).
 # The damaged-file cases need MIXTAPE_MNIST_DIR (they damage a copy of the data, or a checkpoint trained on it), as
 # does a --plot that gnuplot fails half way (the old plot must stay whole).
 set -u
@@ -52,6 +53,20 @@ if [ -n "${MIXTAPE_MNIST_DIR:-}" ]; then
   fi
   expect 1 "holds epoch 'x', not a number of epochs" --data "$MIXTAPE_MNIST_DIR" --epochs 2 \
     --resume "$work/bad-epoch.safetensors"
+  # Resuming with another recipe than the checkpoint's (the MLP in fp32, AdamW, cosine over 2 epochs), and resuming
+  # a run that has trained all its epochs.
+  expect 1 "holds model 'mlp', not 'cnn'" --data "$MIXTAPE_MNIST_DIR" --epochs 2 --model cnn \
+    --resume "$work/ck.safetensors"
+  expect 1 "holds precision 'fp32', not 'bf16'" --data "$MIXTAPE_MNIST_DIR" --epochs 2 --precision bf16 \
+    --resume "$work/ck.safetensors"
+  expect 1 "holds schedule 'cosine', not 'constant'" --data "$MIXTAPE_MNIST_DIR" --epochs 2 --schedule constant \
+    --resume "$work/ck.safetensors"
+  expect 1 "holds epochs '2', not '3' (its --schedule spans that many epochs)" --data "$MIXTAPE_MNIST_DIR" \
+    --epochs 3 --resume "$work/ck.safetensors"
+  "$mnist" --data "$MIXTAPE_MNIST_DIR" --epochs 1 --max-steps 1 --schedule constant --save "$work/done.safetensors" \
+    >/dev/null 2>&1
+  expect 1 "has already trained 1 epoch(s); ask for more with --epochs" --data "$MIXTAPE_MNIST_DIR" --epochs 1 \
+    --schedule constant --resume "$work/done.safetensors"
   # A plot that gnuplot fails half way through (a stand-in that writes part of its output, then exits 1), after
   # the training's own lines: exit 1 with the error last, the plot from before as it was, no temporary beside it.
   mkdir "$work/bin" "$work/plots"

@@ -7,8 +7,9 @@
 # checkpoint) and --resume from that checkpoint, saving over it. The final checkpoints must be the same bytes
 # (weights, optimizer state, loss scale, schedule, generator), and the --metrics files the same lines but for their
 # clocks (the resumed run appends to the file). Then a PNG from --plot (fp16's, with the loss scale) and the three
-# files of --inspect (its JSON metering fc1.weight's update). Skips without MIXTAPE_MNIST_DIR; the PNGs are checked
-# where gnuplot is on PATH.
+# files of --inspect (its JSON metering fc1.weight's update). Last, the progress bar: drawn on a terminal (a
+# pseudo-terminal from script(1)), never into a pipe. Skips without MIXTAPE_MNIST_DIR; the PNGs are checked where
+# gnuplot is on PATH.
 set -u
 mnist=$1
 [ -n "${MIXTAPE_MNIST_DIR:-}" ] || { echo "MIXTAPE_MNIST_DIR is unset: skipped"; exit 0; }
@@ -54,3 +55,16 @@ if command -v gnuplot >/dev/null; then
   is_png "$dir/numerics.png" || fail "--inspect wrote no PNG"
 fi
 echo "ok: --inspect wrote numerics.txt, .json$(command -v gnuplot >/dev/null && echo ' and .png')"
+
+# The progress bar: none in the runs above (stderr a pipe); on a terminal the epoch, the bar, steps done of the
+# run's, samples/s and the latest loss read, ending full.
+case "$log" in *"samples/s  loss"*) fail "a progress bar drawn into a pipe" ;; esac
+if script -qec true /dev/null >/dev/null 2>&1; then
+  script -qec "'$mnist' --epochs 1 --batch-size 6000 --threads 2 --max-steps 3" /dev/null >"$dir/tty" 2>&1 ||
+    { log=$(cat "$dir/tty"); fail "mnist on a pseudo-terminal"; }
+  grep -qE 'epoch 1/1 \[#{30}\] 3/3  [0-9]+ samples/s  loss [0-9]+\.[0-9]{4}' "$dir/tty" ||
+    { log=$(cat -v "$dir/tty"); fail "no full progress bar with samples/s and the loss on a terminal"; }
+  echo "ok: the progress bar on a terminal: $(tr '\r' '\n' <"$dir/tty" | grep -m1 -oE 'epoch 1/1 \[#+\] 3/3 .*')"
+else
+  echo "no pseudo-terminal here (script(1) failed): the progress bar is not checked"
+fi
