@@ -62,15 +62,18 @@ SRC=$SCRATCH/src BUILD=$SCRATCH/build LOGS=$SCRATCH/logs
 declare -a IDS FILES SEARCHES REPLACES DESCS
 while IFS= read -r line || [[ -n $line ]]; do
   [[ $line =~ ^[[:space:]]*(#|$) ]] && continue
-  python3 - "$line" >/dev/null <<'EOF' || { echo "mutate.sh: malformed line in $LIST: $line" >&2; exit 2; }
-import sys
-parts = sys.argv[1].split(" @@ ")
-sys.exit(0 if len(parts) == 5 and all(p.strip() for p in (parts[0], parts[1], parts[2], parts[4])) else 1)
-EOF
+  # Five fields, four separators; all but the replacement non-blank.
+  rest=$line separators=0
+  while [[ $rest == *" @@ "* ]]; do rest=${rest#* @@ }; separators=$((separators + 1)); done
   id=${line%% @@ *}; rest=${line#* @@ }
   file=${rest%% @@ *}; rest=${rest#* @@ }
   search=${rest%% @@ *}; rest=${rest#* @@ }
   replace=${rest%% @@ *}; desc=${rest#* @@ }
+  if ((separators != 4)) || [[ -z ${id//[[:space:]]/} || -z ${file//[[:space:]]/} || -z ${search//[[:space:]]/} ||
+                                -z ${desc//[[:space:]]/} ]]; then
+    echo "mutate.sh: malformed line in $LIST: $line" >&2
+    exit 2
+  fi
   if [[ -n $FILTER ]] && ! [[ $id =~ $FILTER || $file =~ $FILTER ]]; then continue; fi
   IDS+=("$id"); FILES+=("$file"); SEARCHES+=("$search"); REPLACES+=("$replace"); DESCS+=("$desc")
 done <"$LIST"
@@ -96,19 +99,34 @@ sync_tree() {
   echo "mutate.sh: scratch copy $SRC updated ($n files)"
 }
 
-# Replaces the one occurrence of search by replacement in file (with --check, only counts it); fails loudly on zero
-# or several.
+# Replaces the one occurrence of search by replacement in file; fails loudly on zero or several.
 apply_mutation() {
   python3 - "$@" <<'EOF'
 import sys
-check = sys.argv[1] == "--check"
-path, search, replace = (a.replace("\\n", "\n") for a in sys.argv[1 + check:])
+path, search, replace = (a.replace("\\n", "\n") for a in sys.argv[1:])
 text = open(path, encoding="utf-8").read()
 n = text.count(search)
 if n != 1:
     sys.exit(f"mutate.sh: '{search}' occurs {n} times in {path}, not once")
-if not check:
-    open(path, "w", encoding="utf-8").write(text.replace(search, replace))
+open(path, "w", encoding="utf-8").write(text.replace(search, replace))
+EOF
+}
+
+# check_all TREE: whether every mutation of the list would apply to TREE (its search text occurs exactly once), in
+# one process; names each that would not.
+check_all() {
+  local args=() i
+  for i in "${!IDS[@]}"; do args+=("$1/${FILES[$i]}" "${SEARCHES[$i]}"); done
+  python3 - "${args[@]}" <<'EOF'
+import sys
+bad = 0
+for path, search in zip(sys.argv[1::2], sys.argv[2::2]):
+    search = search.replace("\\n", "\n")
+    n = open(path, encoding="utf-8").read().count(search)
+    if n != 1:
+        print(f"mutate.sh: '{search}' occurs {n} times in {path}, not once", file=sys.stderr)
+        bad += 1
+sys.exit(1 if bad else 0)
 EOF
 }
 
@@ -140,7 +158,7 @@ run_suite() {
 }
 
 if ((CHECK_LIST)); then
-  for i in "${!IDS[@]}"; do apply_mutation --check "$ROOT/${FILES[$i]}" "${SEARCHES[$i]}" "${REPLACES[$i]}" || exit 1; done
+  check_all "$ROOT" || exit 1
   echo "mutate.sh: all ${#IDS[@]} mutations of $LIST apply to the working tree"
   exit 0
 fi
@@ -149,7 +167,7 @@ mkdir -p "$SRC" "$LOGS"
 START=$(date +%s)
 sync_tree
 # Every mutation must apply before anything is built.
-for i in "${!IDS[@]}"; do apply_mutation --check "$SRC/${FILES[$i]}" "${SEARCHES[$i]}" "${REPLACES[$i]}" || exit 2; done
+check_all "$SRC" || exit 2
 if [[ ! -f $BUILD/build.ninja ]]; then
   # ccache when there is one (setup.sh does not install it): a core/ mutant rebuilds everything
   launcher=()
