@@ -353,6 +353,11 @@ BOOST_AUTO_TEST_CASE(printout_matches_pytorch, MT_CPU_TEST) {
   BOOST_TEST(nn::Sequential().repr() == "Sequential()");
   BOOST_TEST(nn::BatchNorm2d(4, 1e-5, 0.01).repr() ==
              "BatchNorm2d(4, eps=1e-05, momentum=0.01, affine=True, track_running_stats=True)");
+  // Negative numbers (PyTorch takes any finite momentum): the sign before the digits, in both notations.
+  BOOST_TEST(nn::BatchNorm2d(4, 1e-5, -0.5).repr() ==
+             "BatchNorm2d(4, eps=1e-05, momentum=-0.5, affine=True, track_running_stats=True)");
+  BOOST_TEST(nn::BatchNorm2d(4, 1e-5, -1.5e-7).repr() ==
+             "BatchNorm2d(4, eps=1e-05, momentum=-1.5e-07, affine=True, track_running_stats=True)");
   // Python's repr of other floats: fractions past the point, whole numbers, the edges of fixed notation.
   for (const auto& [eps, text] : std::vector<std::pair<double, std::string>>{
            {2.5, "2.5"}, {1234.5, "1234.5"}, {100.0, "100.0"}, {0.00012, "0.00012"}, {1.5e-7, "1.5e-07"},
