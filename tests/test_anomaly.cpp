@@ -68,6 +68,18 @@ BOOST_AUTO_TEST_CASE(non_finite_input_from_outside_the_tape) {
   });
 }
 
+BOOST_AUTO_TEST_CASE(nested_guards_restore_the_outer_state) {
+  mt::Tensor x = mt::tensor({1.0f, NAN});
+  {
+    mt::autograd::DetectAnomaly outer;
+    { mt::autograd::DetectAnomaly inner; }
+    BOOST_TEST(mt::autograd::anomaly_enabled());  // the outer guard still holds
+    BOOST_CHECK_THROW(mt::relu(x), mt::Error);
+  }
+  BOOST_TEST(!mt::autograd::anomaly_enabled());
+  BOOST_CHECK_NO_THROW(mt::relu(x));
+}
+
 BOOST_AUTO_TEST_CASE(off_by_default) {
   BOOST_TEST(!mt::autograd::anomaly_enabled());
   mt::Tensor x = mt::tensor({0.0f}).requires_grad_();

@@ -151,6 +151,32 @@ BOOST_AUTO_TEST_CASE(a_parameter_used_twice_is_cast_once) {
   BOOST_TEST(mt::amp::cast_cache_stats().bytes == 0);
 }
 
+// PyTorch caches a cast only with grad mode on: one made under NoGradGuard has no node back to the parameter, and
+// served later with grad on it would cut the parameter off from its gradient.
+BOOST_AUTO_TEST_CASE(a_cast_made_without_grad_is_not_cached) {
+  mt::Tensor w = mt::randn({8, 8}).requires_grad_();
+  mt::Tensor x = mt::randn({4, 8});
+  mt::Tensor w2 = w.detach().clone().requires_grad_();
+  {
+    mt::amp::Autocast ac(mt::kF16);
+    {
+      mt::autograd::NoGradGuard no_grad;
+      mt::matmul(x, w);  // say, a look at the model inside the training region
+      BOOST_TEST(mt::amp::cast_cache_stats().entries == 0);
+    }
+    mt::Tensor h = mt::matmul(x, w);
+    BOOST_TEST(mt::amp::cast_cache_stats().entries == 1);
+    BOOST_REQUIRE(h.requires_grad());
+    mt::sum(h).backward();
+  }
+  {
+    mt::amp::Autocast ac(mt::kF16);
+    mt::sum(mt::matmul(x, w2)).backward();
+  }
+  BOOST_REQUIRE(w.grad().defined());
+  BOOST_TEST(w.grad().to_vector<float>() == w2.grad().to_vector<float>(), boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(in_place_update_invalidates_the_cached_cast) {
   mt::Tensor w = mt::ones({2, 2}).requires_grad_();
   mt::amp::Autocast ac(mt::kF16);

@@ -59,6 +59,14 @@ BOOST_AUTO_TEST_CASE(no_grad_guard_and_detach) {
     BOOST_TEST(mt::autograd::tape_size() == before);
   }
   BOOST_TEST(mt::autograd::grad_enabled());
+  {  // Nested guards: leaving the inner one restores the outer one's state, off; leaving that, on.
+    mt::autograd::NoGradGuard outer;
+    { mt::autograd::NoGradGuard inner; }
+    BOOST_TEST(!mt::autograd::grad_enabled());
+    BOOST_TEST(!(a * 2.0).requires_grad());
+    BOOST_TEST(mt::autograd::tape_size() == before);
+  }
+  BOOST_TEST(mt::autograd::grad_enabled());
   mt::Tensor d = (a * 2.0).detach();
   BOOST_TEST(!d.requires_grad());
   BOOST_TEST(d.is_leaf());

@@ -351,6 +351,9 @@ BOOST_AUTO_TEST_CASE(refuses_what_is_not_mnist_naming_the_file, MT_CPU_TEST) {
   expect_error([&] { MNIST(where, Split::kTrain); }, {labels, "has label 10 at index 3; labels are 0 to 9"});
   write_raw(labels, idx(0x08, {4}, {1, 2, 3, 4}));
   expect_error([&] { MNIST(where, Split::kTrain); }, {"'" + images + "' has 5 images but '" + labels + "' has 4 labels"});
+  write_raw(labels, idx(0x08, {6}, {1, 2, 3, 4, 5, 6}));
+  expect_error([&] { MNIST(where, Split::kTrain); },
+               {"'" + images + "' has 5 images but '" + labels + "' has 6 labels"});
   write_raw(labels, idx(0x08, {5}, {1, 2, 3, 4}));  // one byte short
   expect_error([&] { MNIST(where, Split::kTrain); }, {labels, "is truncated"});
   write_raw(labels, good_labels);
