@@ -117,6 +117,19 @@ BOOST_AUTO_TEST_CASE(overrides_global_and_scoped) {
     BOOST_TEST(mt::matmul(a.to(mt::kF16), a).dtype() == mt::kF32);
   }
   BOOST_TEST(mt::matmul(a, a).dtype() == mt::kF16);
+  {  // Nested scopes: the innermost wins, leaving it restores the outer one; a scope beats a global override.
+    mt::amp::set_precision("matmul", Precision::kPassthrough);
+    mt::amp::PrecisionScope outer("matmul", Precision::kFp32);
+    {
+      mt::amp::PrecisionScope inner("matmul", Precision::kLowerPrecision);
+      BOOST_TEST(mt::amp::precision_of("matmul") == Precision::kLowerPrecision);
+      BOOST_TEST(mt::matmul(a, a).dtype() == mt::kF16);
+    }
+    BOOST_TEST(mt::amp::precision_of("matmul") == Precision::kFp32);
+    BOOST_TEST(mt::matmul(a.to(mt::kF16), a).dtype() == mt::kF32);
+  }
+  BOOST_TEST(mt::amp::precision_of("matmul") == Precision::kPassthrough);
+  mt::amp::reset_precision_overrides();
   // A typo is an error, never a silent change of precision.
   BOOST_CHECK_EXCEPTION(mt::amp::set_precision("sofmax", Precision::kFp32), mt::Error,
                         [](const mt::Error& e) { return message_has(e, "unknown op 'sofmax'"); });
