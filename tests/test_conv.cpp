@@ -423,6 +423,8 @@ BOOST_AUTO_TEST_CASE(winograd_covers_only_its_windows, MT_CPU_TEST) {
   BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {0, 0}, {2, 2}}).has_value());  // dilation 2
   BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{5, 5}, {1, 1}, {0, 0}, {1, 1}}).has_value());  // 5x5
   BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {3, 3}, {1, 1}}).has_value());  // padding 3
+  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {3, 1}, {1, 1}}).has_value());  // in height only
+  BOOST_TEST(!cpu::use_winograd(mt::kF32, x, 64, {{3, 3}, {1, 1}, {1, 3}, {1, 1}}).has_value());  // in width only
   BOOST_TEST(!cpu::use_winograd(mt::kF32, {8, 0, 26, 26}, 64, k3).has_value());                    // no input channel
   // One input channel (the MNIST net's first conv): measured on the 2-core VM, batch 128, its forward by Winograd
   // takes 1.6 ms against im2col + sgemm's 3.8-4.2 ms, its weight gradient 2.0 against 1.2-2.3 ms.

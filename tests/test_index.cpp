@@ -102,6 +102,9 @@ BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes, MT_CPU_TEST) {
                {"index_select: index 7 is out of range for dim 0 of size 4 (shape [4, 3])"});
   expect_error([&] { mt::index_select(mt::randn({4, 3}), 1, index_i64({-1})); },
                {"index_select: index -1 is out of range for dim 1 of size 3"});
+  // The first index past the end (the one an off-by-one check lets through to read past the storage).
+  expect_error([&] { mt::index_select(mt::randn({4, 3}), 0, index_i64({0, 4})); },
+               {"index_select: index 4 is out of range for dim 0 of size 4 (shape [4, 3])"});
   expect_error([&] { mt::index_select(mt::randn({4, 3}), 0, mt::randn({2})); },
                {"index_select: expected an index of dtype i64 or i32, got f32"});
   expect_error([&] { mt::cat({}, 0); }, {"cat: expected a non-empty list of tensors"});

@@ -186,6 +186,17 @@ BOOST_AUTO_TEST_CASE(advice_to_lower_the_scale_or_switch_to_bf16, MT_CPU_TEST) {
   const InspectReport range = activation_gradient_model(wide, 1.0);
   BOOST_TEST(advises(range, "switch to bf16"), range.table());
   BOOST_TEST(!advises(range, "raise the loss scale"), range.table());
+  // At the edge: gradients at 2^-30 need 2^6, which keeps a largest one of 2^8 below 2^15 (2^14) but not one of 2^9
+  // (2^15: no room left to grow before 65504).
+  for (const auto& [amax_exp, raise] : {std::pair{8, true}, std::pair{9, false}}) {
+    std::vector<double> edge(64, std::ldexp(1, -30));
+    edge[0] = std::ldexp(1, amax_exp);
+    const InspectReport r = activation_gradient_model(edge, 1.0);
+    BOOST_TEST_CONTEXT("the largest gradient 2^" << amax_exp) {
+      BOOST_TEST(advises(r, "raise the loss scale by 2^6") == raise, r.table());
+      BOOST_TEST(advises(r, "switch to bf16") == !raise, r.table());
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(advice_to_keep_an_overflowing_op_in_f32, MT_CPU_TEST) {
@@ -235,6 +246,49 @@ BOOST_AUTO_TEST_CASE(an_injected_inf_is_attributed_to_its_parameter_and_op, MT_C
   BOOST_REQUIRE(origin.grad_output.has_value());
   BOOST_TEST(origin.grad_output->non_finite == 0);  // it received finite gradients and produced the inf
   BOOST_TEST(r.table().find("first non-finite gradient in backward: #") != std::string::npos);
+}
+
+// sqrt(sqrt(a)) at a = 0: the outer sqrt's backward makes an inf (1 / (2·sqrt(0))), and the inner one, handed that
+// inf, makes another. The attribution names the first in backward order, the outer one, whose incoming gradient was
+// finite.
+BOOST_AUTO_TEST_CASE(the_first_non_finite_gradient_in_backward_order_is_named, MT_CPU_TEST) {
+  Tensor a = leaf({0, 1}, {2});
+  Inspect inspect;
+  mt::sum(mt::sqrt(mt::sqrt(a))).backward();
+  const InspectReport r = inspect.report();
+  const OpStats &inner = find_op(r, "sqrt", 0), &outer = find_op(r, "sqrt", 1);
+  BOOST_REQUIRE(!inner.grads.empty());
+  BOOST_REQUIRE(!outer.grads.empty());
+  BOOST_TEST(inner.grads[0].held.non_finite == 1);
+  BOOST_TEST(outer.grads[0].held.non_finite == 1);
+  BOOST_TEST(outer.backward_index < inner.backward_index);
+  BOOST_REQUIRE(r.first_non_finite_backward.has_value());
+  BOOST_TEST(r.ops.at(*r.first_non_finite_backward).index == outer.index, r.table());
+  BOOST_REQUIRE(outer.grad_output.has_value());
+  BOOST_TEST(outer.grad_output->non_finite == 0);
+}
+
+// Two scaled backwards under one Inspect with different loss scales (as across a GradScaler's update()): each
+// backward's gradients are unscaled by the scale its own loss was scaled with; the report names the last scale.
+BOOST_AUTO_TEST_CASE(each_backward_is_unscaled_by_its_own_loss_scale, MT_CPU_TEST) {
+  Tensor w = leaf({1, 1}, {2});
+  const Tensor coef = constant({std::ldexp(1, -10), std::ldexp(1, -10)}, {2});
+  Inspect inspect;
+  for (double scale : {1024.0, 4.0}) {
+    mt::amp::GradScaler scaler({.init_scale = scale});
+    scaler.scale(mt::sum(mt::mul(mt::mul(w, w), coef))).backward();
+  }
+  const InspectReport r = inspect.report();
+  BOOST_TEST(r.loss_scale == 4.0);
+  // The gradient of the outer mul for its activation input (not a leaf): 2^-10 · S held, 2^-10 unscaled.
+  std::vector<int> held_exps;
+  for (const OpStats& op : r.ops)
+    for (const auto& g : op.grads)
+      if (op.op == "mul" && !op.loss_scaling && !g.to_leaf) {
+        held_exps.push_back(g.held.amax > 0 ? static_cast<int>(std::log2(g.held.amax)) : 0);
+        BOOST_TEST(bin(g.unscaled, -10) == 2, r.table());
+      }
+  BOOST_TEST(held_exps == (std::vector<int>{0, -8}), boost::test_tools::per_element());
 }
 
 // The same step skipped on the device (step_on_device: the optimizer ran and changed nothing): the same attribution,
@@ -295,6 +349,9 @@ BOOST_AUTO_TEST_CASE(tensor_core_eligibility_says_why_not, MT_CPU_TEST) {
     (void)mt::linear(x, w);
   }
   (void)mt::relu(x);
+  (void)mt::matmul(x, constant(std::vector<double>(16, 0.5), {8, 2}));
+  (void)mt::conv2d(constant(std::vector<double>(18, 0.5), {1, 2, 3, 3}),
+                   constant(std::vector<double>(16, 0.25), {2, 2, 2, 2}));
   const InspectReport r = inspect.report();
   const OpStats& plain = find_op(r, "linear", 0);
   const OpStats& bf16 = find_op(r, "linear", 1);
@@ -303,6 +360,14 @@ BOOST_AUTO_TEST_CASE(tensor_core_eligibility_says_why_not, MT_CPU_TEST) {
   BOOST_TEST(plain.tensor_cores->reason.find("device cpu") != std::string::npos, plain.tensor_cores->reason);
   BOOST_TEST(bf16.dtype == DType::kBF16);
   BOOST_TEST(!find_op(r, "relu").tensor_cores.has_value());
+  for (const char* op : {"matmul", "conv2d"}) {  // the other matmul-like ops, judged the same way
+    BOOST_TEST_CONTEXT(op) {
+      const OpStats& s = find_op(r, op);
+      BOOST_REQUIRE(s.tensor_cores.has_value());
+      BOOST_TEST(!s.tensor_cores->used);
+      BOOST_TEST(s.tensor_cores->reason.find("device cpu") != std::string::npos, s.tensor_cores->reason);
+    }
+  }
   BOOST_TEST(!r.profiled);
   BOOST_TEST(r.table().find("% of the step's op time") == std::string::npos);
 

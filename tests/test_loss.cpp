@@ -374,11 +374,17 @@ BOOST_AUTO_TEST_CASE(error_messages, MT_CPU_TEST) {
   expect_error([&] { mt::cross_entropy(logits, labels({0, 5})); }, {"cross_entropy", "target value 5", "3 classes"});
   // Class index -1.
   expect_error([&] { mt::nll_loss(logits, labels({-1, 0})); }, {"nll_loss", "target value -1"});
+  // Class index C, one past the last, where no fused kernel checks again: nll_loss, and (N, C, d1) logits.
+  expect_error([&] { mt::nll_loss(logits, labels({0, 3})); }, {"nll_loss: target value 3", "3 classes"});
+  expect_error([&] { mt::cross_entropy(mt::randn({2, 3, 2}), labels({0, 1, 3, 2}, {2, 2})); },
+               {"cross_entropy: target value 3 (at flat position 2)", "3 classes"});
   // A target of the wrong shape.
   expect_error([&] { mt::cross_entropy(logits, labels({0, 1, 2})); }, {"[3]", "[2, 3]"});
   // Different shapes.
   expect_error([] { mt::mse_loss(mt::randn({2, 3}), mt::randn({3, 2})); }, {"mse_loss"});
   BOOST_CHECK_THROW(mt::cross_entropy(logits, labels({0, 1}), CE{.label_smoothing = 1.5}), mt::Error);
+  expect_error([&] { mt::cross_entropy(logits, labels({0, 1}), CE{.label_smoothing = -0.1}); },
+               {"cross_entropy: label_smoothing must be in [0, 1], got -0.1"});
 }
 
 // ---- f16 data: statistics in f32 -------------------------------------------------------------
@@ -433,6 +439,10 @@ BOOST_AUTO_TEST_CASE(cross_entropy_edge_rows, MT_CPU_TEST) {
   BOOST_TEST(g[4] == 0.0);  // exp(−inf − lse) = 0
   // With smoothing, a −inf logit in a counted row makes its loss +inf (as Σ_c log p_c is −inf).
   BOOST_TEST(values(kn::cross_entropy(x, target, -100, 0.1).loss)[1] == inf);
+  // ε = 1 (the uniform target) with the target's logit −inf: +inf as well, from the smoothing term; the target
+  // term's weight 1 − ε = 0 is skipped, not multiplied (0 · −inf would make it NaN, as PyTorch 1.13 returns).
+  const Tensor at_inf = mt::from_vector<int64_t>({-100, 1}, {2}, DType::kI64);
+  BOOST_TEST(values(kn::cross_entropy(x, at_inf, -100, 1.0).loss)[1] == inf);
   // Empty batch: no rows, sum 0, count 0, mean NaN (PyTorch's mean over nothing).
   const kn::CrossEntropyResult e = kn::cross_entropy(mt::zeros({0, 4}), mt::zeros({0}, DType::kI64), -100, 0.0);
   BOOST_TEST(e.loss.numel() == 0);

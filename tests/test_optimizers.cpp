@@ -436,6 +436,7 @@ BOOST_AUTO_TEST_CASE(bad_parameters_and_options_are_errors, MT_CPU_TEST) {
   expect_error([&] { opt::SGD(std::vector<opt::ParamGroup>{{{w}, {{"nesterov", 0.5}}}}); }, {"nesterov is 0.5"});
   expect_error([&] { opt::Adam({w}, {.betas = {1.0, 0.999}}); }, {"Adam", "invalid beta parameter at index 0: 1"});
   expect_error([&] { opt::Adam({w}, {.betas = {0.9, -0.1}}); }, {"invalid beta parameter at index 1: -0.1"});
+  expect_error([&] { opt::Adam({w}, {.betas = {0.9, 1.0}}); }, {"invalid beta parameter at index 1: 1"});  // as torch
   expect_error([&] { opt::AdamW({w}, {.eps = -1e-8}); }, {"AdamW", "invalid epsilon value"});
   expect_error([&] { opt::AdamW({w}, {.weight_decay = -0.01}); }, {"invalid weight_decay value: -0.01"});
   expect_error([&] { opt::AdamW({w}, {.lr = std::nan("")}); }, {"invalid learning rate: nan"});

@@ -39,7 +39,8 @@ inline CrossEntropyConsts<Acc> cross_entropy_consts(double label_smoothing, int6
 }
 
 /// One row's loss from xt_minus_max = x_t − m, log_sum = log s and sum_minus_max = d (read only when ε > 0).
-/// A term whose weight is 0 is skipped, not multiplied: ε = 1 with x_t = −inf is a finite loss, not NaN.
+/// A term whose weight is 0 is skipped, not multiplied: ε = 1 with x_t = −inf is +inf (the smoothing term's, as
+/// Σ_c log p_c is −inf), not the NaN of 0 · −inf (PyTorch 1.13 returns that NaN).
 template <class Acc>
 MT_HD inline Acc cross_entropy_row_loss(Acc xt_minus_max, Acc log_sum, Acc sum_minus_max,
                                         const CrossEntropyConsts<Acc>& k) {
