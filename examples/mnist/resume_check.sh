@@ -8,8 +8,9 @@
 # (weights, optimizer state, loss scale, schedule, generator), and the --metrics files the same lines but for their
 # clocks (the resumed run appends to the file). Then a PNG from --plot (fp16's, with the loss scale) and the three
 # files of --inspect (its JSON metering fc1.weight's update). Last, the progress bar: drawn on a terminal (a
-# pseudo-terminal from script(1)), never into a pipe. Skips without MIXTAPE_MNIST_DIR; the PNGs are checked where
-# gnuplot is on PATH.
+# pseudo-terminal from script(1)), never into a pipe. And what --metrics says: the schedule's learning rate, the
+# GradScaler's loss scale and skipped steps (also in a run that overflows at each step but the first), and each
+# logged interval's mean loss. Skips without MIXTAPE_MNIST_DIR; the PNGs are checked where gnuplot is on PATH.
 set -u
 mnist=$1
 [ -n "${MIXTAPE_MNIST_DIR:-}" ] || { echo "MIXTAPE_MNIST_DIR is unset: skipped"; exit 0; }
@@ -41,6 +42,42 @@ check() {
 }
 check fp16-adamw-cosine --precision fp16
 check fp32-sgd-onecycle --optimizer sgd --schedule onecycle
+
+# num(key), an awk function: the number a line of --metrics holds at key (0 for null, "" when absent).
+num='function num(key) {
+  if (!match($0, "\"" key "\":[^,}]*")) return ""
+  return substr($0, RSTART + length(key) + 3, RLENGTH - length(key) - 3) + 0
+}'
+# steps FILE AWK: runs AWK (with num) on each step line of FILE; whatever it prints fails the check.
+steps() {
+  bad=$(awk "$num"' /"type":"step"/ { '"$2"' }' "$1")
+  [ -z "$bad" ] || fail "--metrics $1: $bad"
+}
+# fp16, AdamW at 1e-3 decaying over the 20 steps as cos: the learning rate logged after step s is the one the next
+# step takes, 1e-3 (1 + cos(pi s / 20)) / 2; no step overflowed, so the scale is the GradScaler's initial 2^16.
+whole=$dir/fp16-adamw-cosine-whole.jsonl
+steps "$whole" 'want = 1e-3 * (1 + cos(atan2(0, -1) * num("step") / 20)) / 2
+                if ((num("lr") - want) ^ 2 > 1e-24) print "step " num("step") ": lr " num("lr") ", not " want
+                if (num("loss_scale") != 65536 || num("skipped_steps") != 0)
+                  print "step " num("step") ": scale " num("loss_scale") ", " num("skipped_steps") " skipped"'
+steps "$dir/fp32-sgd-onecycle-whole.jsonl" 'if (num("loss_scale") != 1 || num("skipped_steps") != 0) print $0'
+# The loss logged at step 10 (the interval's 10 losses summed on the device, read once) is the mean of the losses
+# the same run logs with --log-interval 1 (to f32 rounding).
+run --precision fp16 --max-steps 10 --log-interval 1 --metrics "$dir/each.jsonl"
+mean=$(awk "$num"' /"type":"step"/ { s += num("loss"); n++ } END { if (n == 10) printf "%.17g", s / n }' \
+  "$dir/each.jsonl")
+[ -n "$mean" ] || fail "--log-interval 1: not 10 step lines in 10 steps"
+steps "$whole" 'if (num("step") == 10 && (num("loss") - '"$mean"') ^ 2 > (1e-6 * '"$mean"') ^ 2)
+                  print "the loss at step 10, " num("loss") ", is not the mean of its 10 steps, '"$mean"'"'
+# A learning rate of 100 overflows from the second step on: each step is skipped and the scale halves, 2^16 / 2^k
+# after k skipped steps; the epoch's line says how many.
+run --precision fp16 --max-steps 4 --log-interval 1 --lr 100 --metrics "$dir/skips.jsonl"
+steps "$dir/skips.jsonl" 'if (num("loss_scale") * 2 ^ num("skipped_steps") != 65536 ||
+                              num("skipped_steps") != num("step") - 1)
+                            print "step " num("step") ": scale " num("loss_scale") " after " num("skipped_steps") \
+                                " skipped steps"'
+case "$log" in *"loss scale 8192, 3 steps skipped"*) ;; *) fail "lr 100: not 3 skipped steps at scale 2^13" ;; esac
+echo "ok: --metrics: the cosine learning rate, the loss scale and skipped steps (3 of 4 at lr 100), interval means"
 
 if command -v gnuplot >/dev/null; then
   run --precision fp16 --max-steps 12 --log-interval 2 --plot "$dir/run.png"
