@@ -22,12 +22,15 @@
 #
 # Outcomes: KILLED (a test failed or timed out, or a static_assert failed at compile time: a test of the
 # constants); SURVIVED (everything passed); BUILD-FAILED (the mutant does not compile for another reason: a
-# broken mutation, never counted as killed); EQUIVALENT (survived, and the list argues it changes no behaviour).
-# Exit status 1 when any mutant SURVIVED or BUILD-FAILED.
+# broken mutation, never counted as killed); NOT-BUILT (the mutant changed nothing the build compiles, so no test
+# could see it: counted as BUILD-FAILED); EQUIVALENT (survived, and the list argues it changes no behaviour).
+# Exit status 1 when any mutant SURVIVED, BUILD-FAILED or was NOT-BUILT.
 #
 # Left out of the suite: the MNIST end-to-end run (minutes per mutant), the checkpoint suite (its writer is
 # killed 100 times; it tests files, not the maths), test_install and check_layers (CMake packaging and include
-# rules, which no mutation of the maths changes), and mutations_apply (which a mutated copy fails by design).
+# rules, which no mutation of the maths changes), and mutations_apply (which a mutated copy fails by design). The
+# example is built only when a mutation of examples/ is selected; its checks then run too, and read MNIST from
+# MIXTAPE_MNIST_DIR, which such a run requires (without it they skip, and every such mutant would survive).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -78,6 +81,14 @@ while IFS= read -r line || [[ -n $line ]]; do
   IDS+=("$id"); FILES+=("$file"); SEARCHES+=("$search"); REPLACES+=("$replace"); DESCS+=("$desc")
 done <"$LIST"
 ((${#IDS[@]})) || { echo "mutate.sh: no mutation in $LIST matches '$FILTER'" >&2; exit 2; }
+
+# The example is built (and its checks run) only for mutations of examples/: it adds ~30 s to every mutant.
+EXAMPLES=OFF
+for file in "${FILES[@]}"; do [[ $file == examples/* ]] && EXAMPLES=ON; done
+if [[ $EXAMPLES == ON && -z ${MIXTAPE_MNIST_DIR:-} && -z $CHECK_CMD && $CHECK_LIST == 0 ]]; then
+  echo "mutate.sh: mutations of examples/ need MIXTAPE_MNIST_DIR (the example's checks read MNIST)" >&2
+  exit 2
+fi
 
 # ---- the scratch copy: only files that differ are written, so the build stays incremental ---------------------
 sync_tree() {
@@ -130,8 +141,11 @@ sys.exit(1 if bad else 0)
 EOF
 }
 
-build() {  # build <log>: 0 built, 1 a static_assert failed, 2 another compile error
-  if ninja -C "$BUILD" -j"$JOBS" >"$1" 2>&1; then return 0; fi
+build() {  # build <log>: 0 built, 1 a static_assert failed, 2 another compile error, 3 nothing to rebuild
+  if ninja -C "$BUILD" -j"$JOBS" >"$1" 2>&1; then
+    grep -q '^ninja: no work to do' "$1" && return 3
+    return 0
+  fi
   if grep -q "static assertion failed" "$1"; then return 1; fi
   return 2
 }
@@ -173,10 +187,14 @@ if [[ ! -f $BUILD/build.ninja ]]; then
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA=OFF -DMIXTAPE_WERROR=OFF \
-        -DMIXTAPE_BUILD_BENCH=OFF -DMIXTAPE_BUILD_EXAMPLES=OFF "${launcher[@]}" >"$LOGS/configure.log"
+        -DMIXTAPE_BUILD_BENCH=OFF -DMIXTAPE_BUILD_EXAMPLES=$EXAMPLES "${launcher[@]}" >"$LOGS/configure.log"
+elif ! grep -qx "MIXTAPE_BUILD_EXAMPLES:BOOL=$EXAMPLES" "$BUILD/CMakeCache.txt"; then
+  cmake -S "$SRC" -B "$BUILD" -DMIXTAPE_BUILD_EXAMPLES=$EXAMPLES >"$LOGS/configure.log"
 fi
-echo "mutate.sh: building the unmutated copy"
-if ! build "$LOGS/baseline-build.log"; then
+echo "mutate.sh: building the unmutated copy (the example: $EXAMPLES)"
+status=0
+build "$LOGS/baseline-build.log" || status=$?
+if ((status == 1 || status == 2)); then
   echo "mutate.sh: the unmutated copy does not build: $LOGS/baseline-build.log" >&2
   exit 2
 fi
@@ -209,6 +227,9 @@ for i in "${!IDS[@]}"; do
   elif ((status == 2)); then
     RESULTS[$i]=BUILD-FAILED DETAILS[$i]="see $log.build.log"
     broken=$((broken + 1))
+  elif ((status == 3)); then
+    RESULTS[$i]=NOT-BUILT DETAILS[$i]="$file is not in this build"
+    broken=$((broken + 1))
   elif why=$(run_suite "$log.test.log"); then
     if [[ $id == =* ]]; then RESULTS[$i]=EQUIVALENT; else RESULTS[$i]=SURVIVED; survivors=$((survivors + 1)); fi
     DETAILS[$i]="the tests passed"
@@ -228,6 +249,6 @@ for i in "${!IDS[@]}"; do
   printf '%-32s %-12s %5s  %s\n' "${IDS[$i]#=}" "${RESULTS[$i]}" "${SECONDS_TAKEN[$i]}" "${DETAILS[$i]}"
 done
 echo
-echo "mutate.sh: ${#IDS[@]} mutants, $survivors survived, $broken did not build; $(($(date +%s) - START)) s in all" \
-     "(logs in $LOGS)"
+echo "mutate.sh: ${#IDS[@]} mutants, $survivors survived, $broken did not build (or built nothing);" \
+     "$(($(date +%s) - START)) s in all (logs in $LOGS)"
 ((survivors == 0 && broken == 0))
