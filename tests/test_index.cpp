@@ -202,6 +202,23 @@ BOOST_AUTO_TEST_CASE(randperm_on_cuda_is_the_cpus, MT_GPU_TEST) {
 
 // ---- gather / scatter_add -------------------------------------------------------------------
 
+// The CPU's scatter_add, the reference of the CUDA kernels below: colliding indices add up, in f32 for f16/bf16 and
+// rounded once (2048 + 1 + 1 is 2050 in f16, where adding in f16 one value at a time keeps 2048; 256 in bf16).
+BOOST_AUTO_TEST_CASE(scatter_add_sums_colliding_indices, MT_CPU_TEST) {
+  const Tensor index = index_i64({0, 2, 0, 0, 1, 1, 1, 1}).reshape({2, 4});
+  const Tensor src = mt::from_vector<double>({1, 2, 3, 4, 0.5, 0.25, 0.125, 0.0625}, {2, 4}, mt::kF64);
+  expect_values(kn::scatter_add({2, 3}, 1, index, src), {8, 0, 2, 0, 0.9375, 0}, kExact, "along dim 1");
+  const Tensor rows = index_i64({1, 1, 1, 0, 1, 1}).reshape({3, 2});
+  const Tensor src0 = mt::from_vector<double>({1, 2, 3, 4, 5, 6}, {3, 2}, mt::kF64);
+  expect_values(kn::scatter_add({2, 2}, 0, rows, src0), {0, 4, 9, 8}, kExact, "along dim 0");
+  for (const auto& [dt, big] : {std::pair{mt::kF16, 2048.0}, std::pair{mt::kBF16, 256.0}}) {
+    const Tensor three = mt::from_vector<double>({big, 1, 1}, {1, 3}, mt::kF64).to(dt);
+    const Tensor sum = kn::scatter_add({1, 1}, 1, index_i64({0, 0, 0}).reshape({1, 3}), three);
+    BOOST_TEST(sum.dtype() == dt);
+    expect_values(sum, {big + 2}, kExact, std::string("rounded once, ") + mt::dtype_name(dt));
+  }
+}
+
 // Cross-entropy's shapes: logits (N, C), one class per row (N, 1) along dim 1.
 BOOST_AUTO_TEST_CASE(gather_scatter_add_cross_entropy_shapes, MT_GPU_TEST) {
   mt::manual_seed(9);

@@ -159,6 +159,27 @@ BOOST_AUTO_TEST_CASE(registration_and_dotted_names, MT_CPU_TEST) {
   BOOST_TEST(outer.seq[1].type_name() == "ReLU");
 }
 
+// One tensor registered in two modules (tied weights, as an embedding and the output layer reading it): listed once,
+// under its first name, as PyTorch's named_parameters() does, so an optimizer steps it once.
+BOOST_AUTO_TEST_CASE(a_tensor_tied_between_two_modules_is_listed_once, MT_CPU_TEST) {
+  struct Holder : nn::Module {
+    using nn::Module::register_parameter;
+  };
+  struct Tied : nn::Module {
+    Holder a, b;
+    Tied() {
+      register_module("a", a);
+      register_module("b", b);
+    }
+  } tied;
+  const Tensor w = tied.a.register_parameter("w", mt::ones({2}));
+  tied.b.register_parameter("w", w);
+  tied.b.register_parameter("v", mt::ones({3}));
+  BOOST_TEST(names(tied.named_parameters()) == (std::vector<std::string>{"a.w", "b.v"}), tt::per_element());
+  BOOST_TEST(tied.parameter_count() == 2 + 3);
+  BOOST_TEST(names(tied.b.named_parameters()) == (std::vector<std::string>{"w", "v"}), tt::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(registration_errors, MT_CPU_TEST) {
   struct Probe : nn::Module {
     using nn::Module::register_buffer;

@@ -320,6 +320,21 @@ BOOST_AUTO_TEST_CASE(distributions) {
   BOOST_TEST(hi == 3);
 }
 
+// The peak of allocated bytes since the last reset: raised by an allocation, kept after its free, lowered by a reset.
+BOOST_AUTO_TEST_CASE(the_cpu_peak_follows_allocations) {
+  mt::reset_cpu_peak_memory();
+  const mt::CpuMemoryStats start = mt::cpu_memory_stats();
+  BOOST_TEST(start.peak_allocated_bytes == start.allocated_bytes);
+  {
+    const mt::Tensor t = mt::empty({1 << 18});  // 1 MiB
+    BOOST_TEST(mt::cpu_memory_stats().peak_allocated_bytes == start.allocated_bytes + (int64_t{1} << 20));
+  }
+  BOOST_TEST(mt::cpu_memory_stats().allocated_bytes == start.allocated_bytes);
+  BOOST_TEST(mt::cpu_memory_stats().peak_allocated_bytes == start.allocated_bytes + (int64_t{1} << 20));
+  mt::reset_cpu_peak_memory();
+  BOOST_TEST(mt::cpu_memory_stats().peak_allocated_bytes == start.allocated_bytes);
+}
+
 BOOST_AUTO_TEST_CASE(the_cpu_allocator_reuses_freed_large_blocks) {
   mt::cpu_empty_cache();
   BOOST_TEST(mt::cpu_memory_stats().cached_bytes == 0);
