@@ -203,7 +203,8 @@ BOOST_AUTO_TEST_CASE(randperm_on_cuda_is_the_cpus, MT_GPU_TEST) {
 // ---- gather / scatter_add -------------------------------------------------------------------
 
 // The CPU's scatter_add, the reference of the CUDA kernels below: colliding indices add up, in f32 for f16/bf16 and
-// rounded once (2048 + 1 + 1 is 2050 in f16, where adding in f16 one value at a time keeps 2048; 256 in bf16).
+// rounded once (2048 + 1 + 1 is 2050 in f16 and 256 + 1 + 1 is 258 in bf16, where adding one value at a time in the
+// dtype keeps 2048 and 256).
 BOOST_AUTO_TEST_CASE(scatter_add_sums_colliding_indices, MT_CPU_TEST) {
   const Tensor index = index_i64({0, 2, 0, 0, 1, 1, 1, 1}).reshape({2, 4});
   const Tensor src = mt::from_vector<double>({1, 2, 3, 4, 0.5, 0.25, 0.125, 0.0625}, {2, 4}, mt::kF64);
