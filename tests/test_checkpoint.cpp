@@ -134,21 +134,21 @@ BOOST_AUTO_TEST_CASE(bad_names_and_foreign_files_are_errors, MT_CPU_TEST) {
   plain.insert("w", mt::zeros({2}));
   mt::data::save_safetensors(path, plain);
   expect_error([&] { (void)load_checkpoint(path); }, {"load_checkpoint", path, "mixtape.step", "not a checkpoint"});
-  mt::data::save_safetensors(path, plain, {{"mixtape.step", "x1"}, {"mixtape.rng.seed", "1"},
-                                           {"mixtape.rng.offset", "2"}, {"mixtape.parts", "model"}});
+  // A checkpoint's metadata with its step and generator offset as given (the part 'model' holds no tensor 'w').
+  auto write = [&](const std::string& step, const std::string& offset) {
+    mt::data::save_safetensors(path, plain, {{"mixtape.step", step}, {"mixtape.rng.seed", "1"},
+                                             {"mixtape.rng.offset", offset}, {"mixtape.parts", "model"}});
+  };
+  write("x1", "2");
   expect_error([&] { (void)load_checkpoint(path); }, {"load_checkpoint", "'mixtape.step'", "'x1'", "not an integer"});
   // A number with something after it (from_chars stops at the 'a'), and one too large for the generator's offset.
-  mt::data::save_safetensors(path, plain, {{"mixtape.step", "12abc"}, {"mixtape.rng.seed", "1"},
-                                           {"mixtape.rng.offset", "2"}, {"mixtape.parts", "model"}});
+  write("12abc", "2");
   expect_error([&] { (void)load_checkpoint(path); }, {"load_checkpoint", "'mixtape.step' is '12abc'", "not an integer"});
-  mt::data::save_safetensors(path, plain, {{"mixtape.step", "1"}, {"mixtape.rng.seed", "1"},
-                                           {"mixtape.rng.offset", "18446744073709551616"}, {"mixtape.parts", "model"}});
+  write("1", "18446744073709551616");
   expect_error([&] { (void)load_checkpoint(path); }, {"load_checkpoint", "'mixtape.rng.offset'", "not an integer"});
-  mt::data::save_safetensors(path, plain, {{"mixtape.step", "-2"}, {"mixtape.rng.seed", "1"},
-                                           {"mixtape.rng.offset", "2"}, {"mixtape.parts", "model"}});
+  write("-2", "2");
   expect_error([&] { (void)load_checkpoint(path); }, {"load_checkpoint", "'mixtape.step' is -2", "not a count"});
-  mt::data::save_safetensors(path, plain, {{"mixtape.step", "1"}, {"mixtape.rng.seed", "1"},
-                                           {"mixtape.rng.offset", "2"}, {"mixtape.parts", "model"}});
+  write("1", "2");
   expect_error([&] { (void)load_checkpoint(path); }, {"load_checkpoint", "tensor 'w'", "belongs to no part"});
 }
 
