@@ -42,7 +42,7 @@ BASELINE=1
 CHECK_LIST=0
 CHECK_CMD=
 EXCLUDE='^(test_mnist_e2e|test_checkpoint|test_install|check_layers|mutations_apply)$'
-TEST_TIMEOUT=300  # a mutant that loops forever is killed by the timeout
+TEST_TIMEOUT=300  # a mutant that loops forever is killed by the timeout (every test's TIMEOUT capped to it)
 
 while (($#)); do
   case $1 in
@@ -187,9 +187,12 @@ if [[ ! -f $BUILD/build.ninja ]]; then
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA=OFF -DMIXTAPE_WERROR=OFF \
-        -DMIXTAPE_BUILD_BENCH=OFF -DMIXTAPE_BUILD_EXAMPLES=$EXAMPLES "${launcher[@]}" >"$LOGS/configure.log"
-elif ! grep -qx "MIXTAPE_BUILD_EXAMPLES:BOOL=$EXAMPLES" "$BUILD/CMakeCache.txt"; then
-  cmake -S "$SRC" -B "$BUILD" -DMIXTAPE_BUILD_EXAMPLES=$EXAMPLES >"$LOGS/configure.log"
+        -DMIXTAPE_BUILD_BENCH=OFF -DMIXTAPE_BUILD_EXAMPLES=$EXAMPLES -DMIXTAPE_TEST_TIMEOUT_MAX=$TEST_TIMEOUT \
+        "${launcher[@]}" >"$LOGS/configure.log"
+elif ! grep -qx "MIXTAPE_BUILD_EXAMPLES:BOOL=$EXAMPLES" "$BUILD/CMakeCache.txt" ||
+     ! grep -qE "^MIXTAPE_TEST_TIMEOUT_MAX:[A-Z]+=$TEST_TIMEOUT\$" "$BUILD/CMakeCache.txt"; then
+  cmake -S "$SRC" -B "$BUILD" -DMIXTAPE_BUILD_EXAMPLES=$EXAMPLES -DMIXTAPE_TEST_TIMEOUT_MAX=$TEST_TIMEOUT \
+        >"$LOGS/configure.log"
 fi
 echo "mutate.sh: building the unmutated copy (the example: $EXAMPLES)"
 status=0

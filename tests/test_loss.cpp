@@ -402,6 +402,30 @@ BOOST_AUTO_TEST_CASE(f16_cross_entropy_keeps_f32_statistics, MT_CPU_TEST) {
                          mt::test::tolerance(mt::kF16), "f16 cross_entropy near +1000");
 }
 
+BOOST_AUTO_TEST_CASE(logits_far_below_and_above_zero_are_shifted_logits_near_zero, MT_CPU_TEST) {
+  // Moving every logit of a row by one amount changes neither the loss nor its gradient: the row's max is
+  // subtracted before exp, so rows near −1000 (where every exp underflows to 0) and near +1000 (where it overflows)
+  // give what rows near 0 give. Logits 0.5 apart, exact in f16 there; with and without label smoothing.
+  std::vector<double> v(40);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.5 * static_cast<double>(static_cast<int>(i * 7 % 13) - 6);
+  const Tensor base = mt::from_vector(v, {4, 10}, mt::kF64);
+  const Tensor target = mt::from_vector<int64_t>({3, 0, 9, 5}, {4}, DType::kI64);
+  for (DType dt : {mt::kF64, mt::kF32, mt::kF16})
+    for (double shift : {-1000.0, 1000.0})
+      for (double eps : {0.0, 0.1}) {
+        BOOST_TEST_CONTEXT(dt << ", shift " << shift << ", label_smoothing " << eps) {
+          Tensor x = mt::add(base, shift).to(dt).requires_grad_();
+          Tensor ref = base.clone().requires_grad_();
+          const Tensor loss = mt::cross_entropy(x, target, {.label_smoothing = eps});
+          const Tensor loss_ref = mt::cross_entropy(ref, target, {.label_smoothing = eps});
+          mt::test::expect_close(loss, loss_ref, mt::test::tolerance(dt), "loss");
+          loss.backward();
+          loss_ref.backward();
+          mt::test::expect_close(x.grad(), ref.grad(), mt::test::tolerance(dt), "gradient");
+        }
+      }
+}
+
 // ---- the fused CPU kernels -------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(cross_entropy_matches_f64_reference, MT_CPU_TEST) {

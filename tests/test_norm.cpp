@@ -357,6 +357,21 @@ BOOST_AUTO_TEST_CASE(large_inputs_take_the_threaded_paths, MT_CPU_TEST) {
   mt::test::expect_close(xg.grad(), xr.grad(), sums, "layer_norm dx");
   mt::test::expect_close(wg.grad(), wr.grad(), sums, "layer_norm dweight");
   mt::test::expect_close(bg.grad(), br.grad(), sums, "layer_norm dbias");
+  // The f64 run shares the kernel's chunks of rows (46 rows a chunk here: two chunks), so the parameter gradients
+  // are also checked against sums written out here: dweight = Σ_rows v·x̂, dbias = Σ_rows v.
+  const std::vector<double> xs = ref.to_vector<double>(), vs = v.to_vector<double>();
+  std::vector<double> dw(700, 0.0), db(700, 0.0);
+  for (size_t i = 0; i < 64; ++i) {
+    double mean = 0, var = 0;
+    for (size_t j = 0; j < 700; ++j) mean += xs[i * 700 + j] / 700;
+    for (size_t j = 0; j < 700; ++j) var += (xs[i * 700 + j] - mean) * (xs[i * 700 + j] - mean) / 700;
+    for (size_t j = 0; j < 700; ++j) {
+      dw[j] += vs[i * 700 + j] * (xs[i * 700 + j] - mean) / std::sqrt(var + 1e-5);
+      db[j] += vs[i * 700 + j];
+    }
+  }
+  mt::test::expect_close(wg.grad(), mt::from_vector(dw, {700}, mt::kF64), sums, "layer_norm dweight, written out");
+  mt::test::expect_close(bg.grad(), mt::from_vector(db, {700}, mt::kF64), sums, "layer_norm dbias, written out");
 }
 
 // ---- CUDA against the CPU ---------------------------------------------------------------------

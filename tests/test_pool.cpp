@@ -63,13 +63,14 @@ std::vector<WindowCase> pool_cases() {
   };
 }
 
-/// Values of `shape` with many ties (five levels) and, when `nans`, a NaN every 37 elements.
+/// Values of `shape` with many ties (five levels) and, when `nans`, two NaNs side by side every 37 elements: some
+/// windows hold both, and the first must win.
 Tensor tied(const Shape& shape, DType dtype, bool nans) {
   const int64_t n = shape.numel();
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     v[static_cast<size_t>(i)] = static_cast<double>((i * 7919) % 5) - 2.0;
-    if (nans && i % 37 == 11) v[static_cast<size_t>(i)] = std::numeric_limits<double>::quiet_NaN();
+    if (nans && (i % 37 == 11 || i % 37 == 12)) v[static_cast<size_t>(i)] = std::numeric_limits<double>::quiet_NaN();
   }
   return mt::from_vector(v, shape, mt::TensorOptions(dtype));
 }

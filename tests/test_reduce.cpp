@@ -422,6 +422,34 @@ BOOST_AUTO_TEST_CASE(argmax_ties_nan_and_integer_reductions, MT_CPU_TEST) {
   const Tensor b = mt::tensor({true, false, true, true});
   BOOST_TEST(mt::test::reduce(kn::ReduceOp::kSum, b, {}, false).item<int64_t>() == 3);
   BOOST_TEST((mt::test::reduce(kn::ReduceOp::kSum, b, {}, false).dtype() == DType::kI64));
+  // Exact past 2^24 and 2^53, where an f32 (f64) accumulator would round: 2^24 + 1 + 1 + (2^53 + 1) − 2^53.
+  const Tensor big = mt::from_vector<int64_t>({(int64_t{1} << 24) + 1, 1, (int64_t{1} << 53) + 1, -(int64_t{1} << 53)},
+                                              mt::Shape{4});
+  BOOST_TEST(mt::test::reduce(kn::ReduceOp::kSum, big, {}, false).item<int64_t>() == (int64_t{1} << 24) + 3);
+}
+
+BOOST_AUTO_TEST_CASE(a_nan_in_any_partial_reaches_max_and_min, MT_CPU_TEST) {
+  // The NaN rule holds where partial results combine, not only inside one: a NaN in a later chunk of a long
+  // reduction (chunks of 2^15 elements), in a later run of a strided one (a transposed matrix: a run a column), and
+  // in a later leaf of a column reduction (leaves of 32 rows) makes max and min NaN.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dtype : kFloatTypes) {
+    BOOST_TEST_CONTEXT("dtype " << dtype) {
+      Tensor chunks = mt::zeros({100000}, dtype);
+      chunks.set({90000}, nan);
+      Tensor runs = mt::zeros({8, 50}, dtype);
+      runs.set({5, 30}, nan);
+      Tensor leaves = mt::zeros({100, 8}, dtype);
+      leaves.set({70, 3}, nan);
+      for (kn::ReduceOp op : {kn::ReduceOp::kMax, kn::ReduceOp::kMin}) {
+        BOOST_TEST(std::isnan(mt::test::reduce(op, chunks, {}, false).item<double>()));
+        BOOST_TEST(std::isnan(mt::test::reduce(op, runs.t(), {}, false).item<double>()));
+        const std::vector<double> columns =
+            mt::test::reduce(op, leaves, std::vector<int64_t>{0}, false).to_vector<double>();
+        for (size_t j = 0; j < columns.size(); ++j) BOOST_TEST((j == 3 ? std::isnan(columns[j]) : columns[j] == 0.0));
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(empty_reductions, MT_CPU_TEST) {

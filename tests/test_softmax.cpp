@@ -104,6 +104,26 @@ BOOST_AUTO_TEST_CASE(f16_softmax_keeps_f32_statistics, MT_CPU_TEST) {
                          "f16 columns near +1000");
 }
 
+BOOST_AUTO_TEST_CASE(rows_far_below_and_above_zero_are_shifted_rows_near_zero, MT_CPU_TEST) {
+  // softmax(x + c) = softmax(x) and log_softmax(x + c) = log_softmax(x): the row's max is subtracted before exp, so
+  // rows near −1000 (where every exp(x) underflows to 0) and near +1000 (where it overflows) give the outputs of
+  // rows near 0. Values 0.5 apart, exact in f16 there; along the last dim (contiguous rows) and dim 0 (lanes).
+  std::vector<double> values(54);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * static_cast<double>(static_cast<int>(i * 7 % 13) - 6);
+  const Tensor base = mt::from_vector(values, {6, 9}, mt::kF64);
+  for (DType dt : {mt::kF64, mt::kF32, mt::kF16})
+    for (double shift : {-1000.0, 1000.0})
+      for (int64_t dim : {1, 0})
+        for (bool log : {false, true}) {
+          BOOST_TEST_CONTEXT(dt << ", shift " << shift << ", dim " << dim << (log ? ", log_softmax" : ", softmax")) {
+            const Tensor x = mt::add(base, shift).to(dt);
+            const Tensor y = log ? mt::log_softmax(x, dim) : mt::softmax(x, dim);
+            const Tensor y_ref = log ? mt::log_softmax(base, dim) : mt::softmax(base, dim);
+            mt::test::expect_close(y, y_ref, mt::test::tolerance(dt), "shifted rows");
+          }
+        }
+}
+
 BOOST_AUTO_TEST_CASE(large_inputs_take_the_threaded_paths, MT_CPU_TEST) {
   // Big enough for the OpenMP paths; compared with f64 (which takes the same paths).
   mt::manual_seed(9);
