@@ -237,6 +237,7 @@ BOOST_AUTO_TEST_CASE(winograd_matches_float64_and_im2col, MT_CPU_TEST) {
     Shape x;
     int64_t c_out, padding;
     bool bias;
+    int64_t padding_w = -1;  // the horizontal padding where it differs from the vertical one
   };
   const Config configs[] = {
       {{4, 32, 26, 26}, 64, 0, true},  // the MNIST net's second convolution
@@ -245,6 +246,8 @@ BOOST_AUTO_TEST_CASE(winograd_matches_float64_and_im2col, MT_CPU_TEST) {
       {{2, 64, 6, 6}, 16, 1, true},    // the input gradient's convolution has 16 outputs, the forward 64 inputs
       {{3, 3, 3, 3}, 2, 0, true},      // one output pixel
       {{2, 1, 12, 12}, 32, 1, true},   // a single input channel
+      {{2, 6, 9, 10}, 5, 0, true, 2},  // paddings (0, 2) and (2, 1): the input gradient pads each axis by 2 − its own
+      {{2, 6, 10, 9}, 5, 2, false, 1},
   };
   // The bounds, as max error over max |value|. f32: the transforms scale by up to 8 (output), 5 (input) and 1/24
   // (filter), so an f32 rounding inside them weighs more than in a direct sum. Measured on these cases: y up to
@@ -258,17 +261,19 @@ BOOST_AUTO_TEST_CASE(winograd_matches_float64_and_im2col, MT_CPU_TEST) {
   const Precision precisions[] = {{mt::kF32, 1e-5}, {mt::kF16, 4.9e-4 + 1e-5}, {mt::kBF16, 3.9e-3 + 1e-5}};
   for (const Config& c : configs)
     for (const Precision& prec : precisions) {
-      BOOST_TEST_CONTEXT("x " << c.x << ", C_out " << c.c_out << ", padding " << c.padding << ", bias " << c.bias
-                              << ", " << prec.dtype) {
+      const int64_t pad_w = c.padding_w < 0 ? c.padding : c.padding_w;
+      BOOST_TEST_CONTEXT("x " << c.x << ", C_out " << c.c_out << ", padding (" << c.padding << ", " << pad_w
+                              << "), bias " << c.bias << ", " << prec.dtype) {
         const DType dt = prec.dtype;
         // The inputs rounded to dt first: the f64 reference sees exactly what the kernel sees.
         auto rounded = [&](const Shape& shape, uint64_t seed) { return randn_seeded(shape, dt, seed).to(mt::kF64); };
         const Tensor x = rounded(c.x, 61), w = rounded({c.c_out, c.x[1], 3, 3}, 62);
         const Tensor b = c.bias ? rounded({c.c_out}, 63) : Tensor();
-        const mt::Conv2dOptions o = conv_options(1, c.padding, 1);
-        const mt::kernels::Window2d window{{3, 3}, {1, 1}, {c.padding, c.padding}, {1, 1}};
+        mt::Conv2dOptions o = conv_options(1, c.padding, 1);
+        o.padding[1] = pad_w;
+        const mt::kernels::Window2d window{{3, 3}, {1, 1}, {c.padding, pad_w}, {1, 1}};
         BOOST_TEST(mt::kernels::cpu::use_winograd(dt, c.x, c.c_out, window).has_value());
-        const Shape y_shape{c.x[0], c.c_out, c.x[2] + 2 * c.padding - 2, c.x[3] + 2 * c.padding - 2};
+        const Shape y_shape{c.x[0], c.c_out, c.x[2] + 2 * c.padding - 2, c.x[3] + 2 * pad_w - 2};
         const Tensor dy = rounded(y_shape, 64);
         const ConvResult want = conv_and_grads(x, w, b, dy, o);  // f64: im2col + GEMM
         const Tensor b_dt = b.defined() ? b.to(dt) : Tensor();
