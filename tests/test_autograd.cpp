@@ -195,9 +195,15 @@ BOOST_AUTO_TEST_CASE(in_place_on_a_tensor_that_requires_grad_throws) {
   BOOST_CHECK_EXCEPTION(w.fill_(0.0), mt::Error, [](const mt::Error& e) {
     return message_has(e, {"fill_", "requires grad", "NoGradGuard"});
   });
+  BOOST_CHECK_EXCEPTION(w.copy_(mt::ones({3})), mt::Error, [](const mt::Error& e) {
+    return message_has(e, {"copy_", "requires grad", "[3]", "NoGradGuard"});
+  });
+  BOOST_TEST(w.version() == 0u, "a refused write leaves the tensor alone");
   mt::autograd::NoGradGuard ng;
   w.fill_(1.0);  // what an optimizer does
   BOOST_TEST(w.at<float>({0}) == 1.0f);
+  w.copy_(mt::full({3}, 2.0));  // what loading a checkpoint does
+  BOOST_TEST(w.at<float>({2}) == 2.0f);
 }
 
 BOOST_AUTO_TEST_CASE(functional_grad) {

@@ -248,6 +248,7 @@ BOOST_AUTO_TEST_CASE(winograd_matches_float64_and_im2col, MT_CPU_TEST) {
       {{2, 1, 12, 12}, 32, 1, true},   // a single input channel
       {{2, 6, 9, 10}, 5, 0, true, 2},  // paddings (0, 2) and (2, 1): the input gradient pads each axis by 2 − its own
       {{2, 6, 10, 9}, 5, 2, false, 1},
+      {{1, 3, 50, 50}, 5, 1, true},    // 169 tiles: the weight gradient in groups of 60, 60 and 49 tiles
   };
   // The bounds, as max error over max |value|. f32: the transforms scale by up to 8 (output), 5 (input) and 1/24
   // (filter), so an f32 rounding inside them weighs more than in a direct sum. Measured on these cases: y up to

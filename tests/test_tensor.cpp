@@ -161,6 +161,9 @@ BOOST_AUTO_TEST_CASE(reshape_and_view) {
   BOOST_TEST((x.flatten(1).shape() == mt::Shape{2, 12}));
   BOOST_TEST((x.flatten().shape() == mt::Shape{24}));
   BOOST_TEST((mt::scalar_tensor(1.0).reshape({1, 1}).shape() == mt::Shape{1, 1}));
+  // An empty tensor's strides are PyTorch's: sizes 0 and 1 count as 1 in the products.
+  BOOST_TEST((mt::empty({2, 0, 3}).strides() == mt::Shape{3, 3, 1}));
+  BOOST_TEST((mt::empty({0, 4, 1, 5}).strides() == mt::Shape{20, 5, 5, 1}));
 }
 
 BOOST_AUTO_TEST_CASE(transpose_permute_slice_select) {
