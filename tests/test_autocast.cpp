@@ -2,6 +2,7 @@
 // category table and its overrides, the cast cache and the precision trace.
 #include <boost/test/unit_test.hpp>
 
+#include <mixtape/autograd/function.h>
 #include <mixtape/mixtape.h>
 
 #include "gradcheck.h"
@@ -22,6 +23,29 @@ int count(const mt::autograd::PrecisionTrace& trace, const std::string& op) {
   for (const auto& e : trace.entries()) n += e.op == op;
   return n;
 }
+
+/// An op whose forward calls other ops, as a contributor may write one: y = exp(−exp(a·b)), fp32. Those ops are its
+/// implementation (autograd/function.h): not autocast, not recorded, not traced, not checked by anomaly mode. What
+/// the matmul inside returns goes where `seen` points, for the test to look at (a pointer, not a static tensor,
+/// which would outlive the allocator at exit).
+struct ExpNegExpOfProduct {
+  static constexpr const char* kName = "test_exp_neg_exp_of_product";
+  static constexpr Precision kPrecision = Precision::kFp32;
+  using Ctx = mt::autograd::Ctx;
+  static inline mt::Tensor* seen = nullptr;
+  static mt::Tensor forward(Ctx& ctx, const mt::Tensor& a, const mt::Tensor& b) {
+    const mt::Tensor ab = mt::matmul(a, b);
+    if (seen) *seen = ab;
+    const mt::Tensor y = mt::exp(-mt::exp(ab));
+    ctx.save_for_backward(a, b, y);
+    return y;
+  }
+  static mt::autograd::Grads backward(Ctx& ctx, const mt::Tensor& dy) {  // dy·y·(−exp(a·b)) through the product
+    const mt::Tensor a = ctx.saved(0), b = ctx.saved(1);
+    const mt::Tensor g = -(dy * ctx.saved(2) * mt::exp(mt::matmul(a, b)));
+    return {mt::matmul(g, b.t()), mt::matmul(a.t(), g)};
+  }
+};
 
 /// linear(relu(x_leaf), w) under autocast to `low`: a layer whose input needs a gradient, so it saves w's copy.
 mt::Tensor linear_of_an_activation(mt::DType low, const mt::Tensor& x_leaf, const mt::Tensor& w) {
@@ -300,6 +324,40 @@ BOOST_AUTO_TEST_CASE(precision_trace_of_a_forward_pass) {
   BOOST_TEST_MESSAGE("trace: " << trace.str());
   BOOST_TEST(trace.str() == "cast:f16 cast:f16 cast:f16 linear:f16 relu:f16 cast:f16 linear:f16 cross_entropy:f32");
   BOOST_TEST(loss.dtype() == mt::kF32);
+}
+
+BOOST_AUTO_TEST_CASE(the_ops_an_op_calls_are_its_implementation) {
+  const mt::Tensor a = (mt::randn({4, 8}) * 0.3).requires_grad_(), b = (mt::randn({8, 3}) * 0.3).requires_grad_();
+  const int64_t tape_before = mt::autograd::tape_size();
+  mt::Tensor y, inner;
+  ExpNegExpOfProduct::seen = &inner;
+  {
+    mt::amp::Autocast ac(mt::kF16);
+    mt::autograd::PrecisionTrace trace;
+    y = mt::autograd::apply<ExpNegExpOfProduct>(a, b);
+    // The matmul inside ran in the op's f32, not autocast's f16, and recorded nothing; the trace lists the op alone.
+    BOOST_TEST(inner.dtype() == mt::kF32);
+    BOOST_TEST(!inner.requires_grad());
+    BOOST_TEST(trace.str() == "test_exp_neg_exp_of_product:f32");
+  }
+  BOOST_TEST(y.dtype() == mt::kF32);
+  BOOST_TEST(std::string(y.grad_fn_name()) == "test_exp_neg_exp_of_product");
+  BOOST_TEST(mt::autograd::tape_size() == tape_before + 1);
+  // The same ops on copies of the leaves, outside autocast: the same bits forward, the gradients to f32 rounding.
+  const mt::Tensor a2 = a.detach().requires_grad_(), b2 = b.detach().requires_grad_();
+  const mt::Tensor want = mt::exp(-mt::exp(mt::matmul(a2, b2)));
+  BOOST_TEST(y.to_vector<float>() == want.to_vector<float>(), boost::test_tools::per_element());
+  y.backward(mt::ones_like(y));
+  want.backward(mt::ones_like(want));
+  mt::test::expect_close(a.grad(), a2.grad(), {1e-6, 1e-6}, "da");
+  mt::test::expect_close(b.grad(), b2.grad(), {1e-6, 1e-6}, "db");
+  // Anomaly mode checks the op's inputs and output, not what it computes on the way: exp(a·b) = exp(10^4)
+  // overflows to inf inside, and the output, exp(−inf) = 0, is finite.
+  mt::autograd::DetectAnomaly anomaly;
+  const mt::Tensor big = mt::full({1, 1}, 100.0);
+  BOOST_TEST(mt::autograd::apply<ExpNegExpOfProduct>(big, big).item<double>() == 0.0);
+  BOOST_TEST(inner.item<double>() == 1e4);
+  ExpNegExpOfProduct::seen = nullptr;
 }
 
 // cross_entropy (fp32) reads f16/bf16 logits without a cast under autocast (its kernels widen them on load): the
