@@ -36,13 +36,13 @@ struct ExpNegExpOfProduct {
   static mt::Tensor forward(Ctx& ctx, const mt::Tensor& a, const mt::Tensor& b) {
     const mt::Tensor ab = mt::matmul(a, b);
     if (seen) *seen = ab;
-    const mt::Tensor y = mt::exp(-mt::exp(ab));
-    ctx.save_for_backward(a, b, y);
+    const mt::Tensor e = mt::exp(ab), y = mt::exp(-e);
+    ctx.save_for_backward(a, b, y, e);
     return y;
   }
   static mt::autograd::Grads backward(Ctx& ctx, const mt::Tensor& dy) {  // dy·y·(−exp(a·b)) through the product
     const mt::Tensor a = ctx.saved(0), b = ctx.saved(1);
-    const mt::Tensor g = -(dy * ctx.saved(2) * mt::exp(mt::matmul(a, b)));
+    const mt::Tensor g = -(dy * ctx.saved(2) * ctx.saved(3));
     return {mt::matmul(g, b.t()), mt::matmul(a.t(), g)};
   }
 };

@@ -108,9 +108,7 @@ BOOST_AUTO_TEST_CASE(rows_far_below_and_above_zero_are_shifted_rows_near_zero, M
   // softmax(x + c) = softmax(x) and log_softmax(x + c) = log_softmax(x): the row's max is subtracted before exp, so
   // rows near −1000 (where every exp(x) underflows to 0) and near +1000 (where it overflows) give the outputs of
   // rows near 0. Values 0.5 apart, exact in f16 there; along the last dim (contiguous rows) and dim 0 (lanes).
-  std::vector<double> values(54);
-  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * static_cast<double>(static_cast<int>(i * 7 % 13) - 6);
-  const Tensor base = mt::from_vector(values, {6, 9}, mt::kF64);
+  const Tensor base = mt::test::half_steps({6, 9});
   for (DType dt : {mt::kF64, mt::kF32, mt::kF16})
     for (double shift : {-1000.0, 1000.0})
       for (int64_t dim : {1, 0})

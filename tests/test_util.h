@@ -104,6 +104,15 @@ inline Tensor randn_seeded(const Shape& shape, DType dtype, uint64_t seed) {
   return raw::to(randn(shape, {}, &gen), dtype);
 }
 
+/// f64 values of `shape` 0.5 apart in [−3, 3] (13 levels in a scrambled order): exact in every float dtype, also
+/// when shifted by ±1000 (f16's spacing there is 0.5). Rows to shift far from zero, where a kernel must give what
+/// the unshifted rows give.
+inline Tensor half_steps(const Shape& shape) {
+  std::vector<double> v(static_cast<size_t>(shape.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.5 * static_cast<double>(static_cast<int>(i * 7 % 13) - 6);
+  return from_vector(v, shape, DType::kF64);
+}
+
 /// A copy of t's values on the CUDA device: a fresh, contiguous (16-byte aligned) allocation, not on the tape.
 inline Tensor gpu(const Tensor& t) { return raw::to(t, Device::cuda()); }
 
