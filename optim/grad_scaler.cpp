@@ -150,7 +150,7 @@ void GradScaler::unscale_impl(optim::Optimizer& optimizer, OptimizerState& state
     state.found_inf_per_device.push_back(raw::slice(flags, 0, 0, 1));
     const Tensor per_tensor = raw::slice(flags, 0, 1, 1 + n);
     state.tensor_flags.push_back({list.indices, per_tensor});
-    detail::inspect_note_non_finite(list.params, per_tensor);
+    detail::inspect_note_non_finite(list.params, list.indices, per_tensor);
   }
   state.stage = Stage::kUnscaled;
 }

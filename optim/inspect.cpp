@@ -126,9 +126,11 @@ struct Inspect::State final : autograd::TapeObserver, std::enable_shared_from_th
   };
   struct Update {
     Tensor param, before, value;  // the value updated in place (master or parameter) and its copy from before
+    size_t index;                 // the parameter's, in the optimizer's parameters()
   };
   struct NonFinite {
     std::vector<Tensor> params;
+    std::vector<size_t> indices;  // theirs in the optimizer's parameters()
     Tensor flags;
   };
 
@@ -214,12 +216,11 @@ struct Inspect::State final : autograd::TapeObserver, std::enable_shared_from_th
     return inv;
   }
 
-  std::string name_of(const Tensor& param) const {
+  /// The name options.parameters gives `param`, else "parameter <index>" (its index in the optimizer).
+  std::string name_of(const Tensor& param, size_t index) const {
     for (const auto& [name, p] : options.parameters)
       if (p.impl() == param.impl()) return name;
-    std::ostringstream os;
-    os << "parameter " << param.shape();
-    return os.str();
+    return "parameter " + std::to_string(index);
   }
 
   InspectOptions options;
@@ -266,19 +267,20 @@ void inspect_note_loss_scale(const Tensor& scale) {
   t_current->next_is_loss_scaling = true;
 }
 
-void inspect_note_non_finite(const std::vector<Tensor>& params, const Tensor& flags) {
+void inspect_note_non_finite(const std::vector<Tensor>& params, const std::vector<size_t>& indices,
+                             const Tensor& flags) {
   if (!t_current) return;
   std::lock_guard lock(t_current->mutex);
-  t_current->non_finite.push_back({params, flags});
+  t_current->non_finite.push_back({params, indices, flags});
 }
 
-void inspect_note_update(const Tensor& param, const Tensor& value) {
+void inspect_note_update(const Tensor& param, size_t index, const Tensor& value) {
   if (!t_current || !is_floating(value.dtype())) return;
   std::lock_guard lock(t_current->mutex);
   auto& updates = t_current->updates;
   const auto it = std::find_if(updates.begin(), updates.end(),
                                [&](const Inspect::State::Update& u) { return u.param.impl() == param.impl(); });
-  Inspect::State::Update u{param, raw::clone(value), value};
+  Inspect::State::Update u{param, raw::clone(value), value, index};
   if (it == updates.end()) updates.push_back(std::move(u));
   else *it = std::move(u);
 }
@@ -412,7 +414,7 @@ InspectReport Inspect::report() const {
   for (const State::NonFinite& nf : s.non_finite) {
     const std::vector<float> flags = nf.flags.to_vector<float>();
     for (size_t i = 0; i < nf.params.size() && i < flags.size(); ++i)
-      if (flags[i] != 0) r.non_finite_parameters.push_back(s.name_of(nf.params[i]));
+      if (flags[i] != 0) r.non_finite_parameters.push_back(s.name_of(nf.params[i], nf.indices[i]));
   }
   // A step whose gradients held inf or NaN was skipped by the GradScaler (step() never called the optimizer;
   // step_on_device() called it and its kernels changed nothing): no update to meter either way.
@@ -425,7 +427,7 @@ InspectReport Inspect::report() const {
                         : s.lowest != DType::kF32     ? s.lowest
                                                       : DType::kF16;
     const std::vector<int64_t> c = kernels::lost_updates(u.before, u.value, model).to_vector<int64_t>();
-    r.updates.push_back({s.name_of(u.param), u.param.shape(), model, c.at(math::kUpdateCount),
+    r.updates.push_back({s.name_of(u.param, u.index), u.param.shape(), model, c.at(math::kUpdateCount),
                          c.at(math::kUnchanged), c.at(math::kLost)});
   }
   r.advice = advise(r);

@@ -126,7 +126,7 @@ struct InspectReport {
 
 struct InspectOptions {
   /// Names for the parameters (net.named_parameters()): the lost-update meter and the attribution use them;
-  /// others are called "parameter <i>".
+  /// others are called "parameter <i>", i their index in the optimizer's parameters().
   std::vector<std::pair<std::string, Tensor>> parameters = {};
   /// The dtype an f32 weight is measured against by the lost-update meter; unset: the autocast dtype the scope ran
   /// ops in (f16 or bf16), f16 when it ran none.
@@ -158,10 +158,11 @@ namespace detail {
 /// GradScaler::scale tells the inspector of this thread the scale it multiplies the loss by.
 void inspect_note_loss_scale(const Tensor& scale);
 /// GradScaler's unscale pass tells it which gradients held inf/NaN: `flags` (n) f32 on the device, 1 where
-/// params[i]'s gradient did.
-void inspect_note_non_finite(const std::vector<Tensor>& params, const Tensor& flags);
-/// Optimizer::begin_update tells it the value (master or parameter) about to be updated.
-void inspect_note_update(const Tensor& param, const Tensor& value);
+/// params[i]'s gradient did; indices[i] is params[i]'s index in the optimizer's parameters().
+void inspect_note_non_finite(const std::vector<Tensor>& params, const std::vector<size_t>& indices,
+                             const Tensor& flags);
+/// Optimizer::begin_update tells it the value (master or parameter) about to be updated, and the parameter's index.
+void inspect_note_update(const Tensor& param, size_t index, const Tensor& value);
 }  // namespace detail
 
 }  // namespace mixtape::amp

@@ -15,6 +15,7 @@
 
 #include <mixtape/core/random.h>
 #include <mixtape/core/raw.h>
+#include <mixtape/ops/backend/kernels.h>
 #include <mixtape/optim/inspect.h>
 
 namespace mixtape::optim {
@@ -164,14 +165,27 @@ std::vector<Tensor> Optimizer::parameters() const {
   return out;
 }
 
-void Optimizer::step() { update(Tensor()); }
+void Optimizer::step() { update_and_note(Tensor()); }
 
 void Optimizer::step(const Tensor& found_inf) {
   MT_CHECK(found_inf.defined(), m_name, ".step(found_inf): found_inf is undefined");
   MT_CHECK(found_inf.numel() == 1 && found_inf.dtype() == DType::kF32, m_name,
            ".step(found_inf): expected a one-element f32 tensor, got ", found_inf.dtype(), " of shape ",
            found_inf.shape());
+  update_and_note(found_inf);
+}
+
+void Optimizer::update_and_note(const Tensor& found_inf) {
+  for (ParamState& s : m_state) s.updating = false;
   update(found_inf);
+  for (size_t i = 0; i < m_state.size(); ++i) {
+    ParamState& s = m_state[i];
+    if (!s.updating) continue;
+    const Tensor& p = parameters_at(i);
+    s.written_storage = p.storage();
+    s.written_version = p.version();
+    s.updating = false;
+  }
 }
 
 Tensor Optimizer::found_inf_on(const Tensor& found_inf, Device device) {
@@ -250,12 +264,27 @@ std::vector<std::vector<Optimizer::Bucket>> Optimizer::gradient_buckets() const 
 Tensor& Optimizer::begin_update(size_t i) {
   ParamState& s = m_state.at(i);
   const Tensor& p = parameters_at(i);
-  if (has_master(p) && !s.has("master")) s.buffers.emplace_back("master", raw::clone(raw::to(p, DType::kF32)));
+  const auto master =
+      std::find_if(s.buffers.begin(), s.buffers.end(), [](const auto& b) { return b.first == "master"; });
+  if (!has_master(p)) {
+    if (master != s.buffers.end()) s.buffers.erase(master);  // cast to f32 (or f64) since: updated in place now
+  } else if (master == s.buffers.end()) {
+    s.buffers.emplace_back("master", raw::clone(raw::to(p, DType::kF32)));
+  } else if (s.written_storage.lock() != p.storage() || s.written_version != p.version()) {
+    // Written since the last step (or the state was loaded): where the parameter no longer holds the master's
+    // rounding, it holds what someone wrote, and the update starts from that. Elsewhere the master keeps its extra
+    // bits, so loading a model and its optimizer from one checkpoint, in either order, resumes exactly. Into the
+    // master's own memory (a CUDA graph may hold its address); on the device, nothing read back.
+    Tensor& m = master->second;
+    const Tensor kept = kernels::binary(kernels::BinaryOp::kEq, raw::to(m, p.dtype()), p);
+    raw::copy_(m, kernels::where(kept, m, raw::to(p, DType::kF32)));
+  }
+  s.updating = true;
   if (!s.step.defined()) s.step = zeros({}, TensorOptions(DType::kI32).device(p.device()));
   // A count is a count on any device: it follows a parameter moved after its first step (an optimizer without
   // buffers, plain SGD, may go on; one with buffers is stopped by gradient_buckets' check).
   if (s.step.device() != p.device()) s.step = raw::to(s.step, p.device());
-  amp::detail::inspect_note_update(p, has_master(p) ? s.buffer("master") : p);  // the lost-update meter
+  amp::detail::inspect_note_update(p, i, has_master(p) ? s.buffer("master") : p);  // the lost-update meter
   return s.step;
 }
 
@@ -299,7 +328,9 @@ StateDict Optimizer::state_dict() const {
     if (step == 0) continue;
     const std::string prefix = "state." + std::to_string(i) + ".";
     sd.insert(prefix + "step", i64_scalar(step));
-    for (const auto& [name, t] : s.buffers) sd.insert(prefix + name, t);
+    const bool master = has_master(parameters_at(i));  // not a master left from before a cast to f32
+    for (const auto& [name, t] : s.buffers)
+      if (name != "master" || master) sd.insert(prefix + name, t);
   }
   if (m_master == MasterWeights::kStochasticRounding)
     sd.insert("stochastic_rounding.seed", i64_scalar(static_cast<int64_t>(m_rounding_seed)));

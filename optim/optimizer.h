@@ -6,8 +6,12 @@
 // also takes a typed options struct (SGDOptions, AdamOptions) for the constructor and add_param_group().
 //
 // Parameters of f16/bf16 get f32 master weights and f32 state by default: step() updates the master and
-// writes the rounded value back (see MasterWeights). The update of a group runs as one multi-tensor kernel
-// call per (device, dtype) over all its parameters (ops/backend/kernels.h), not one op chain per tensor.
+// writes the rounded value back (see MasterWeights). The parameter stays what the user sees and may write: a value
+// written into it between steps (load_state_dict, an init function, copy_ under NoGradGuard) is what the next step
+// starts from, not the master's older one (an eager step's check: the replays of a CUDA graph that captured a step
+// run its kernels alone, so write parameters between eager steps, not between replays). The update of a group runs
+// as one multi-tensor kernel call per (device, dtype) over all its parameters (ops/backend/kernels.h), not one op
+// chain per tensor.
 //
 //   mt::optim::AdamW opt(net.parameters(), {.lr = 1e-3, .weight_decay = 0.01});
 //   opt.zero_grad();
@@ -132,6 +136,11 @@ class Optimizer {
     Tensor step;  // the update count: i32 0-d on the parameter's device (undefined before its first update); it
                   // stops at 2^31 − 1. 4 bytes, as PyTorch's f32 count, and exact where f32 stops at 2^24
     std::vector<std::pair<std::string, Tensor>> buffers;  // "momentum_buffer", "exp_avg", "master", ...
+    // The parameter's storage and version as the last step left them: a parameter found otherwise was written from
+    // outside since (begin_update), and its master takes what it holds.
+    std::weak_ptr<const Storage> written_storage;
+    uint64_t written_version = 0;
+    bool updating = false;  // begin_update ran in this step: update_and_note records the storage and version after
     Tensor& buffer(const std::string& name);               // an error when absent
     bool has(const std::string& name) const;
   };
@@ -205,7 +214,10 @@ class Optimizer {
   /// device, dtype or shape (the parameter was moved or cast after its first step).
   std::vector<std::vector<Bucket>> gradient_buckets() const;
   /// Begins parameter i's update: on its first, its update count is created (0) and its master (when has_master) as
-  /// the parameter's value in f32. Returns the count, for kernels::optim_count_steps_ to advance.
+  /// the parameter's value in f32. Later, a parameter written since the last step from outside (load_state_dict, an
+  /// init function, copy_, a cast back from f32) is taken into its master where it no longer holds the master's
+  /// rounding, element by element on its device; a master whose parameter no longer needs one (cast to f32) is
+  /// dropped. Returns the count, for kernels::optim_count_steps_ to advance.
   Tensor& begin_update(size_t i);
   /// Buffer `name` of parameter i's state, created as zeros (state_dtype, the parameter's shape and device) when
   /// absent; `*created` (when given) tells whether it was.
@@ -218,6 +230,8 @@ class Optimizer {
   GroupOptions merged_options(const GroupOptions& options, size_t group_index) const;
   /// Parameter i of parameters(), without building the list.
   const Tensor& parameters_at(size_t i) const;
+  /// update() and then, for each parameter begin_update started, the storage and version the step left it with.
+  void update_and_note(const Tensor& found_inf);
 
   std::string m_name;
   GroupOptions m_defaults;

@@ -248,6 +248,30 @@ BOOST_AUTO_TEST_CASE(an_injected_inf_is_attributed_to_its_parameter_and_op, MT_C
   BOOST_TEST(r.table().find("first non-finite gradient in backward: #") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(parameters_without_a_name_are_named_by_their_index_in_the_optimizer, MT_CPU_TEST) {
+  // Unnamed parameters of one shape: told apart by their indices in opt.parameters() (as in
+  // GradScaler::non_finite_gradients and the optimizer's state_dict), not by their shapes, nor by their places among
+  // the parameters that have a gradient (`frozen` has none).
+  Tensor a = leaf({1, 2}, {2}), b = leaf({1, 2}, {2}), frozen = leaf({1, 2}, {2}), c = leaf({0, 2}, {2});
+  mt::optim::SGD opt({a, b, frozen, c}, {.lr = 0.1});
+  {
+    mt::amp::GradScaler scaler({.init_scale = 4.0});
+    Inspect inspect({.parameters = {{"a", a}}});
+    scaler.scale(mt::sum(a) + mt::sum(b) + mt::sum(mt::sqrt(c))).backward();  // c's gradient at 0: inf
+    BOOST_TEST(!scaler.step(opt));
+    scaler.update();
+    BOOST_TEST(inspect.report().non_finite_parameters == std::vector<std::string>{"parameter 3"},
+               boost::test_tools::per_element());
+  }
+  opt.zero_grad();
+  Inspect inspect({.parameters = {{"a", a}}});
+  (mt::sum(a) + mt::sum(b) + mt::sum(c)).backward();
+  opt.step();
+  std::vector<std::string> names;
+  for (const auto& u : inspect.report().updates) names.push_back(u.name);
+  BOOST_TEST(names == (std::vector<std::string>{"a", "parameter 1", "parameter 3"}), boost::test_tools::per_element());
+}
+
 // sqrt(sqrt(a)) at a = 0: the outer sqrt's backward makes an inf (1 / (2·sqrt(0))), and the inner one, handed that
 // inf, makes another. The attribution names the first in backward order, the outer one, whose incoming gradient was
 // finite.

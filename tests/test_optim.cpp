@@ -59,6 +59,16 @@ std::vector<Config> configs() {
          h.weight_decay = 0.05;
          h.amsgrad = true;
        }));
+  // maximize with either weight decay: the gradient negated first, then the decay added (PyTorch's order).
+  adam("Adam maximize, weight_decay", with([](auto& h) {
+         h.maximize = true;
+         h.weight_decay = 0.1;
+       }));
+  adam("AdamW maximize", with([](auto& h) {
+         h.maximize = true;
+         h.decoupled_weight_decay = true;
+         h.weight_decay = 0.05;
+       }));
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -411,6 +412,26 @@ BOOST_AUTO_TEST_CASE(load_state_dict_errors_name_the_key_and_change_nothing, MT_
 
 // ---- arguments --------------------------------------------------------------------------------------
 
+BOOST_AUTO_TEST_CASE(the_defaults_are_pytorchs, MT_CPU_TEST) {
+  // torch.optim 2.x: SGD(lr=1e-3), Adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0), AdamW the same
+  // with weight_decay=1e-2; no amsgrad, nesterov or maximize. (The golden replay passes every option explicitly.)
+  using Options = std::map<std::string, double>;
+  auto options_of = [](const opt::Optimizer& o) {
+    const auto& items = o.param_groups().at(0).options.items();
+    return Options(items.begin(), items.end());
+  };
+  const Tensor w = leaf(mt::ones({2}));
+  const Options adam = {{"lr", 1e-3},         {"beta1", 0.9},  {"beta2", 0.999}, {"eps", 1e-8},
+                        {"weight_decay", 0.0}, {"amsgrad", 0.0}, {"maximize", 0.0}};
+  Options adamw = adam;
+  adamw["weight_decay"] = 1e-2;
+  const Options sgd = {{"lr", 1e-3},         {"momentum", 0.0}, {"dampening", 0.0},
+                       {"weight_decay", 0.0}, {"nesterov", 0.0}, {"maximize", 0.0}};
+  BOOST_TEST((options_of(opt::Adam({w})) == adam));
+  BOOST_TEST((options_of(opt::AdamW({w})) == adamw));
+  BOOST_TEST((options_of(opt::SGD({w})) == sgd));
+}
+
 BOOST_AUTO_TEST_CASE(bad_parameters_and_options_are_errors, MT_CPU_TEST) {
   Tensor w = leaf(mt::ones({2, 3})), b = leaf(mt::zeros({3}));
   expect_error([] { opt::SGD(std::vector<Tensor>{}, {.lr = 0.1}); }, {"SGD", "empty parameter list"});
@@ -516,6 +537,116 @@ BOOST_AUTO_TEST_CASE(small_updates_are_lost_in_f16_kept_by_masters_and_by_stocha
   // Reproducible: the same seed gives the same bits.
   mt::manual_seed(11);
   expect_same_bits(train(DType::kBF16, MasterWeights::kStochasticRounding).first, rounded, "manual_seed(11) again");
+}
+
+BOOST_AUTO_TEST_CASE(a_parameter_written_between_steps_is_what_its_master_continues_from, MT_CPU_TEST) {
+  // An f16/bf16 parameter's f32 master holds bits the parameter lacks, but the parameter is what the user sees and
+  // writes (Module::load_state_dict, an init function, copy_ under NoGradGuard, a cast): the next step starts from
+  // what was written, and the master keeps its extra bits wherever the parameter still holds its rounding. SGD with
+  // lr 1 and a gradient of 2^-13: each update is below half an ulp of 1 in f16 and bf16, seen by the master alone.
+  const double u = std::ldexp(1.0, -13);
+  auto step = [u](Tensor& w, opt::Optimizer& o) {
+    w.set_grad(mt::full(w.shape(), u, w.dtype()));
+    o.step();
+  };
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    BOOST_TEST_CONTEXT(dtype) {
+      Tensor w = leaf(mt::ones({4}, dtype));
+      opt::SGD sgd({w}, {.lr = 1.0});
+      for (int i = 0; i < 3; ++i) step(w, sgd);
+      expect_close(sgd.state_dict().at("state.0.master"), mt::full({4}, 1 - 3 * u), mt::test::kExact, "3 steps");
+      {
+        mt::autograd::NoGradGuard no_grad;
+        w.set({0}, 2.0);                 // a new value
+        w.narrow(0, 1, 1).fill_(0.5);    // through a view
+        w.set({2}, w.at<double>({2}));   // the value it holds (the master's rounding): nothing to take
+      }
+      step(w, sgd);
+      const Tensor want = mt::from_vector<double>({2 - u, 0.5 - u, 1 - 4 * u, 1 - 4 * u}).to(DType::kF32);
+      expect_close(sgd.state_dict().at("state.0.master"), want, mt::test::kExact, "written, then a step");
+      expect_close(w.detach(), want.to(dtype), mt::test::kExact, "the parameter: the master rounded");
+    }
+  }
+
+  // A module cast to f32 after steps in f16 is updated in place, and its master dropped (the optimizer's state_dict
+  // then loads into it again); cast back to f16, its next step starts from the f32 training's value, not from the
+  // master of before the cast. lr 1, gradient -1: each step adds 1.
+  mt::nn::Linear layer(2, 1, /*bias=*/false);
+  layer.to(DType::kF16);
+  {
+    mt::autograd::NoGradGuard no_grad;
+    layer.weight.fill_(1.0);
+  }
+  opt::SGD sgd(layer.parameters(), {.lr = 1.0});
+  auto add_one = [&] {
+    layer.weight.set_grad(mt::full({1, 2}, -1.0, layer.weight.dtype()));
+    sgd.step();
+  };
+  add_one();
+  layer.to(DType::kF32);
+  BOOST_TEST(sgd.state_dict().contains("state.0.master") == false, "no master for an f32 parameter");
+  sgd.load_state_dict(sgd.state_dict());
+  for (int i = 0; i < 3; ++i) add_one();
+  expect_close(layer.weight.detach(), mt::full({1, 2}, 5.0), mt::test::kExact, "f32 steps, in place");
+  layer.to(DType::kF16);
+  add_one();
+  expect_close(layer.weight.detach(), mt::full({1, 2}, 6.0, DType::kF16), mt::test::kExact, "f16 again");
+  expect_close(sgd.state_dict().at("state.0.master"), mt::full({1, 2}, 6.0), mt::test::kExact, "its new master");
+}
+
+BOOST_AUTO_TEST_CASE(a_parameter_cast_after_its_first_step_is_refused_before_anything_changes, MT_CPU_TEST) {
+  // Adam's moments are f32 for f32 parameters; a layer cast to f64 after a step no longer matches them. The step is
+  // refused naming the parameter and the buffer, before the parameters ahead of it (another layer's) are updated.
+  mt::manual_seed(3);
+  mt::nn::Linear first(3, 2), second(2, 2);
+  std::vector<Tensor> params = first.parameters();
+  for (const Tensor& p : second.parameters()) params.push_back(p);
+  opt::Adam adam(params, {.lr = 0.1});
+  set_grads(params, 20);
+  adam.step();
+  second.to(DType::kF64);  // its gradients too: they still match their parameters
+  const StateDict state = adam.state_dict();
+  const Tensor weight = first.weight.detach().clone();
+  expect_error([&] { adam.step(); },
+               {"Adam.step: parameter 2", "f64 [2, 2]", "'exp_avg' is f32 [2, 2]", "moved or cast after its first step"});
+  expect_same_bits(first.weight.detach(), weight, "the first layer, ahead of the refused parameter");
+  expect_same_state(adam.state_dict(), state, "the state");
+}
+
+BOOST_AUTO_TEST_CASE(a_model_and_its_optimizer_load_in_either_order_and_resume_exactly, MT_CPU_TEST) {
+  // Masters with bits the f16 parameters lack (small Adam steps), saved; a fresh model and optimizer load both, the
+  // optimizer first or the model first: the same steps follow, bit for bit, as without the interruption.
+  for (const bool optimizer_first : {true, false}) {
+    BOOST_TEST_CONTEXT((optimizer_first ? "optimizer first" : "model first")) {
+      std::vector<Tensor> a = leaves({{3, 4}, {5}}, DType::kF16, 60);
+      opt::Adam oa(a, {.lr = 1e-4});
+      for (int s = 0; s < 3; ++s) {
+        set_grads(a, 70 + 10 * s);
+        oa.step();
+      }
+      const StateDict sd = oa.state_dict();
+      const std::vector<Tensor> saved = copies(a);
+      std::vector<Tensor> b = leaves({{3, 4}, {5}}, DType::kF16, 90);  // other values, until loaded
+      opt::Adam ob(b, {.lr = 1e-4});
+      set_grads(b, 99);
+      ob.step();  // a step of its own first: it has masters of its own values
+      auto load_model = [&] {
+        mt::autograd::NoGradGuard no_grad;
+        for (size_t i = 0; i < b.size(); ++i) b[i].copy_(saved[i]);
+      };
+      if (!optimizer_first) load_model();
+      ob.load_state_dict(sd);
+      if (optimizer_first) load_model();
+      for (int s = 0; s < 3; ++s) {
+        set_grads(a, 100 + 10 * s);
+        set_grads(b, 100 + 10 * s);
+        oa.step();
+        ob.step();
+      }
+      for (size_t i = 0; i < a.size(); ++i) expect_same_bits(b[i].detach(), a[i].detach(), "after 3 more steps");
+      expect_same_state(ob.state_dict(), oa.state_dict(), "after 3 more steps");
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(reduced_parameters_with_masters_follow_f32_training, MT_CPU_TEST) {
