@@ -1,5 +1,5 @@
 // autograd/tensor_autograd.cpp — the autograd methods of Tensor, and the
-// in-place writes that must not silently corrupt a recorded graph.
+// in-place writes (copy_, fill_, set) that must not silently corrupt a recorded graph.
 #include <mixtape/autograd/function.h>
 
 namespace mixtape {
@@ -95,6 +95,17 @@ Tensor& Tensor::fill_(double value) {
   check_fits("fill_", value, dtype(), shape());
   raw::fill_(*this, value);
   return *this;
+}
+
+void Tensor::set(std::initializer_list<int64_t> index, double value) {
+  checked();
+  check_inplace_allowed(*this, "set");
+  MT_CHECK(static_cast<int64_t>(index.size()) == dim(), "set: got ", index.size(), " indices for a tensor of shape ",
+           shape());
+  check_fits("set", value, dtype(), shape());
+  Tensor v = *this;
+  for (int64_t i : index) v = raw::select(v, 0, i);
+  raw::fill_(v, value);
 }
 
 }  // namespace mixtape

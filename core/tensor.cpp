@@ -240,6 +240,7 @@ Tensor expand(const Tensor& x, const Shape& target) {
     sh[i] = want;
     st[i] = have == want ? x.strides()[i - lead] : 0;
   }
+  (void)checked_numel(sh, "expand");  // no memory behind it, but numel() and every loop over it count in int64
   return make_view(x, sh, st, x.storage_offset());
 }
 
@@ -376,16 +377,6 @@ std::vector<T> Tensor::to_vector() const {
     std::memcpy(out.data(), c.data_ptr(), c.nbytes());
   }
   return out;
-}
-
-void Tensor::set(std::initializer_list<int64_t> index, double value) {
-  checked();
-  MT_CHECK(static_cast<int64_t>(index.size()) == dim(), "set: got ", index.size(), " indices for a tensor of shape ",
-           shape());
-  check_fits("set", value, dtype(), shape());
-  Tensor v = *this;
-  for (int64_t i : index) v = raw::select(v, 0, i);
-  raw::fill_(v, value);
 }
 
 #define MT_INSTANTIATE_ACCESS(T)                                      \

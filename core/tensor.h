@@ -165,7 +165,8 @@ class Tensor {
   template <class T> T at(std::initializer_list<int64_t> index) const;
   /// All elements in row-major order, converted to T.
   template <class T> std::vector<T> to_vector() const;
-  /// Sets the element at `index` to `value` converted to this tensor's dtype (an error when it overflows it).
+  /// Sets the element at `index` to `value` converted to this tensor's dtype (an error when it overflows it); an
+  /// in-place write, refused as those above are on a tensor that requires grad (defined in autograd/).
   void set(std::initializer_list<int64_t> index, double value);
 
   // ---- in-place bookkeeping ---------------------------------------------------

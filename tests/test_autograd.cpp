@@ -71,6 +71,23 @@ BOOST_AUTO_TEST_CASE(no_grad_guard_and_detach) {
   BOOST_TEST(!d.requires_grad());
   BOOST_TEST(d.is_leaf());
   BOOST_TEST(d.storage() != nullptr);
+  // The same data, not a copy (PyTorch's detach): the same storage, viewed the same way.
+  const mt::Tensor t = mt::randn({2, 3}).t();
+  BOOST_TEST(a.detach().storage() == a.storage());
+  BOOST_TEST(t.detach().storage() == t.storage());
+  BOOST_TEST(t.detach().strides() == t.strides());
+}
+
+BOOST_AUTO_TEST_CASE(backward_of_several_outputs_adds_their_gradients) {
+  // autograd::backward({y1, y2}, {g1, g2}): d(g1·y1 + g2·y2)/dx, as torch.autograd.backward.
+  mt::Tensor x = mt::tensor({1.0, 2.0}).requires_grad_();
+  mt::Tensor h = x * x;                 // shared by both outputs
+  mt::Tensor y1 = mt::sum(h), y2 = h * 3.0;
+  mt::autograd::backward({y1, y2}, {mt::Tensor(), mt::tensor({1.0, 10.0})});  // y1 one element: its gradient 1
+  BOOST_TEST(values(x.grad()) == std::vector<double>({2 * 1 + 3 * 1 * 2 * 1, 2 * 2 + 3 * 10 * 2 * 2}), per_element());
+  mt::Tensor z = mt::sum(x * x);
+  BOOST_CHECK_EXCEPTION(mt::autograd::backward({z, z}, {mt::Tensor()}), mt::Error,
+                        [](const mt::Error& e) { return message_has(e, {"1 gradients for 2 outputs"}); });
 }
 
 BOOST_AUTO_TEST_CASE(gradients_accumulate_into_leaves) {
@@ -198,12 +215,18 @@ BOOST_AUTO_TEST_CASE(in_place_on_a_tensor_that_requires_grad_throws) {
   BOOST_CHECK_EXCEPTION(w.copy_(mt::ones({3})), mt::Error, [](const mt::Error& e) {
     return message_has(e, {"copy_", "requires grad", "[3]", "NoGradGuard"});
   });
+  BOOST_CHECK_EXCEPTION(w.set({1}, 5.0), mt::Error, [](const mt::Error& e) {
+    return message_has(e, {"set", "requires grad", "[3]", "NoGradGuard"});
+  });
   BOOST_TEST(w.version() == 0u, "a refused write leaves the tensor alone");
   mt::autograd::NoGradGuard ng;
   w.fill_(1.0);  // what an optimizer does
   BOOST_TEST(w.at<float>({0}) == 1.0f);
   w.copy_(mt::full({3}, 2.0));  // what loading a checkpoint does
   BOOST_TEST(w.at<float>({2}) == 2.0f);
+  w.set({1}, 5.0);
+  BOOST_TEST(w.at<float>({1}) == 5.0f);
+  BOOST_TEST(w.version() == 3u, "each of the three writes counts once");
 }
 
 BOOST_AUTO_TEST_CASE(functional_grad) {

@@ -698,6 +698,17 @@ BOOST_AUTO_TEST_CASE(misuse_gets_errors_naming_op_shapes_and_dtypes, MT_CPU_TEST
   expect_error([&] { mt::relu(Tensor()); }, {"relu:", "undefined"});
   expect_error([&] { mt::clamp(f32, std::nullopt); }, {"clamp: at least one of min and max must be given"});
   expect_error([&] { mt::clamp(i64, 0.5); }, {"clamp: the scalar 0.5 is not an integer", "i64"});
+  // A bound the integer dtype cannot hold, as PyTorch's checked conversion ("value cannot be converted to type int
+  // without overflow"): wrapped, 3e9 would clamp every i32 to -1294967296. u8 bounds may be negative down to -255,
+  // which wrap (PyTorch's clamp(x_u8, min=-1) is 255).
+  const Tensor i32 = mt::full({2}, 5, DType::kI32), u8 = mt::full({2}, 5, DType::kU8);
+  expect_error([&] { mt::clamp(i32, std::nullopt, 3e9); }, {"clamp: the bound 3e+09", "i32", "overflow", "[2]"});
+  expect_error([&] { mt::clamp(i32, -2147483649.0); }, {"clamp: the bound", "i32", "overflow"});
+  expect_error([&] { mt::clamp(u8, std::nullopt, 256); }, {"clamp: the bound 256", "u8", "overflow"});
+  expect_error([&] { mt::clamp(u8, -256); }, {"clamp: the bound -256", "u8", "overflow"});
+  BOOST_TEST(mt::clamp(i32, -2147483648.0, 2147483647.0).to_vector<int64_t>() == std::vector<int64_t>({5, 5}));
+  BOOST_TEST(mt::clamp(u8, -1).to_vector<int64_t>() == std::vector<int64_t>({255, 255}));
+  BOOST_TEST(mt::clamp(u8, std::nullopt, 255).to_vector<int64_t>() == std::vector<int64_t>({5, 5}));
   expect_error([&] { mt::abs(mt::zeros({2}, DType::kBool)); }, {"abs:", "bool"});
   expect_error([&] { mt::maximum(f32, mt::zeros({4})); }, {"maximum: shapes [2, 3] and [4]", "cannot be broadcast"});
   expect_error([&] { mt::where(f32, f32, f32); },

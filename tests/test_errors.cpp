@@ -195,6 +195,9 @@ BOOST_AUTO_TEST_CASE(views_with_sizes_that_overflow) {
                {"from_vector", "more elements"});
   expect_error([=] { mt::zeros({2, 3}).narrow(1, 1, kMax); }, {"narrow", "length 9223372036854775807", "size 3"});
   expect_error([] { mt::zeros({1}).expand({-5}); }, {"expand", "size -5"});
+  // An expand holds no memory, but its element count is an int64 every loop over it uses (2^64 would read as 0).
+  expect_error([] { mt::zeros({1, 1}).expand({int64_t{1} << 32, int64_t{1} << 32}); }, {"expand", "more elements"});
+  expect_error([] { mt::zeros({1}).expand({int64_t{1} << 31, int64_t{1} << 31, 3}); }, {"expand", "more elements"});
   // Steps and ends near INT64_MAX are fine: one element, or none.
   BOOST_TEST(mt::zeros({2, 3}).slice(1, 0, 3, kMax).size(1) == 1);
   BOOST_TEST(mt::zeros({2, 3}).slice(1, 1, kMax, kMax - 1).size(1) == 1);
