@@ -42,7 +42,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool allow_unused = false);
 
-/// Live nodes on this thread's tape (nodes whose outputs are still referenced).
+/// Live nodes, every thread's tape together (nodes whose outputs are still referenced): one process-wide count,
+/// for tests and leak hunts, since a node may outlive the thread that recorded it and die on another.
 int64_t tape_size();
 
 /// While alive, the first non-finite value produced by a forward op (an

@@ -181,15 +181,16 @@ MT_HD constexpr To saturating_cast(F x) {
 }
 
 /// Converts between any two element types the way a cast kernel does:
-/// through opmath, rounding to nearest even once for f16/bf16 targets; floating to integer cut toward zero,
-/// saturating (saturating_cast), on the CPU and on a GPU alike.
+/// through opmath, rounding to nearest even once for f16/bf16 targets (an i64 past 2^53 is rounded to double
+/// first: twice then, as PyTorch's through float); floating to integer cut toward zero, saturating
+/// (saturating_cast), on the CPU and on a GPU alike.
 template <class To, class From>
 MT_HD inline To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
     return v;
   } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
     if constexpr (std::is_same_v<From, double> || std::is_same_v<From, int64_t>)
-      return To(static_cast<double>(v));  // one rounding, straight from double
+      return To(static_cast<double>(v));  // one rounding from double (an i64 past 2^53: two)
     else
       return To(static_cast<float>(v));
   } else if constexpr (std::is_same_v<To, bool>) {

@@ -60,7 +60,7 @@ int current_device();
 
 // ---- TF32 ----------------------------------------------------------------------------------
 
-/// Lets f32 matrix products outside autocast (matmul, linear, bmm, conv2d) run on the TF32 Tensor Cores:
+/// Lets f32 matrix products outside autocast (matmul, linear, conv2d) run on the TF32 Tensor Cores:
 /// inputs rounded to 10 mantissa bits, f32 accumulation, about 8x the f32 throughput. Off by default
 /// (PyTorch's torch.backends.cuda.matmul.allow_tf32), process-wide. Never throws; a CPU-only build keeps
 /// the flag too, so code that sets it builds and runs everywhere.

@@ -2,7 +2,8 @@
 //
 // Each fills its tensor in place under NoGradGuard (so it works on parameters that require grad) with values
 // drawn from `generator`, or from the default generator (mixtape::manual_seed) when it is null, and returns the
-// tensor. The draws are made in the tensor's dtype on its device.
+// tensor. uniform_ (and the kaiming/xavier uniforms) draw in the tensor's dtype on its device; normal_ (and the
+// kaiming/xavier normals) draw f64 on the CPU and round mean + std·z once into the tensor.
 //
 //   mt::manual_seed(0);
 //   mt::nn::init::kaiming_normal_(conv.weight, 0.0, "fan_out", "relu");

@@ -147,10 +147,10 @@ struct Conv2dOptions {
 /// x (N, C_in, H, W), weight (C_out, C_in, kH, kW), bias (C_out) or undefined.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Conv2dOptions options = {});
 /// Whether conv2d may convolve by Winograd's F(4x4, 3x3) on the CPU (default true; f32, f16 and bf16 data, 3x3
-/// windows of stride 1, dilation 1, padding <= 2, on a CPU with AVX-512; f64 never): a quarter of im2col + GEMM's
-/// multiplications, for f32 rounding errors of a few 1e-6 of the largest output instead of a few 1e-7, as with
-/// cuDNN's and oneDNN's Winograd (f16/bf16 outputs: their one rounding dominates either way). false keeps every
-/// convolution a direct sum. Process-wide, like cuda::set_allow_tf32.
+/// windows of stride 1, dilation 1, padding <= 2, on a CPU with AVX-512 or with AVX2 and FMA; f64 never): a quarter
+/// of im2col + GEMM's multiplications, for f32 rounding errors of a few 1e-6 of the largest output instead of a few
+/// 1e-7, as with cuDNN's and oneDNN's Winograd (f16/bf16 outputs: their one rounding dominates either way). false
+/// keeps every convolution a direct sum. Process-wide, like cuda::set_allow_tf32.
 ///   mixtape::set_allow_winograd(false);   // direct sums from here on
 void set_allow_winograd(bool allow) noexcept;
 /// Whether conv2d may use Winograd on the CPU (set_allow_winograd).

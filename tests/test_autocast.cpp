@@ -326,6 +326,21 @@ BOOST_AUTO_TEST_CASE(precision_trace_of_a_forward_pass) {
   BOOST_TEST(loss.dtype() == mt::kF32);
 }
 
+BOOST_AUTO_TEST_CASE(nested_traces_each_see_everything_and_backward_adds_nothing) {
+  mt::Tensor x = mt::randn({3}).requires_grad_();
+  mt::autograd::PrecisionTrace outer;
+  mt::Tensor y = mt::exp(x);
+  {
+    mt::autograd::PrecisionTrace inner;
+    y = mt::relu(y);
+    BOOST_TEST(inner.str() == "relu:f32");
+  }
+  y = mt::sum(y);
+  BOOST_TEST(outer.str() == "exp:f32 relu:f32 sum:f32");
+  y.backward();  // the ops backward runs (and any it calls) are not forward ops of the program
+  BOOST_TEST(outer.str() == "exp:f32 relu:f32 sum:f32");
+}
+
 BOOST_AUTO_TEST_CASE(the_ops_an_op_calls_are_its_implementation) {
   const mt::Tensor a = (mt::randn({4, 8}) * 0.3).requires_grad_(), b = (mt::randn({8, 3}) * 0.3).requires_grad_();
   const int64_t tape_before = mt::autograd::tape_size();

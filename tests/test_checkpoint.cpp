@@ -128,6 +128,20 @@ BOOST_AUTO_TEST_CASE(bad_names_and_foreign_files_are_errors, MT_CPU_TEST) {
   c.step = -1;
   expect_error([&] { save_checkpoint(path, c); }, {"save_checkpoint", "step is -1", "not a count of steps"});
   BOOST_TEST(!fs::exists(path));
+  // Refused over an existing checkpoint: that one stays, whole, and no temporary file is left beside it.
+  Checkpoint good;
+  good.step = 3;
+  good.parts["model"].insert("w", mt::ones({2}));
+  save_checkpoint(path, good);
+  expect_error([&] { save_checkpoint(path, c); }, {"save_checkpoint", "step is -1"});
+  c.step = 0;
+  c.parts["a.b"];
+  expect_error([&] { save_checkpoint(path, c); }, {"save_checkpoint", "part name 'a.b'"});
+  c.parts.clear();
+  const Checkpoint kept = load_checkpoint(path);
+  BOOST_TEST(kept.step == 3);
+  BOOST_TEST(kept.part("model").at("w").to_vector<float>() == std::vector<float>({1, 1}));
+  BOOST_TEST(dir.entries() == std::vector<std::string>{"c.safetensors"});
 
   // A safetensors file that is not a checkpoint, and one whose tensors lie outside its listed parts.
   mt::StateDict plain;

@@ -463,6 +463,12 @@ BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes, MT_CPU_TEST) {
                },
                {"conv2d: the height of the (dilated) kernel, 5, exceeds the padded input's, 4",
                 "input shape [1, 1, 4, 4]"});
+  // Options out of range: a stride or dilation of 0 would divide by zero, a negative padding read outside the input.
+  for (const auto& [o, what] : std::vector<std::pair<mt::Conv2dOptions, const char*>>{
+           {conv_options(0, 0, 1), "stride 0x0"}, {conv_options(1, 0, 0), "dilation 0x0"},
+           {conv_options(1, -1, 1), "padding -1x-1"}, {conv_options(-2, 0, 1), "stride -2x-2"}})
+    expect_error([&] { mt::conv2d(mt::randn({1, 1, 4, 4}), mt::randn({1, 1, 3, 3}), {}, o); },
+                 {"conv2d: kernel, stride and dilation must be positive and padding non-negative", what});
   // Sizes that would overflow, or whose output could never be allocated, are refused before any allocation.
   mt::Conv2dOptions huge;
   huge.padding[0] = huge.padding[1] = int64_t{1} << 40;

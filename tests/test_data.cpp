@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -598,6 +599,11 @@ BOOST_AUTO_TEST_CASE(refuses_bad_options, MT_CPU_TEST) {
   const TensorDataset data = counting_dataset(10);
   expect_error([&] { DataLoader(data, {.batch_size = 0}); }, {"DataLoader: batch_size must be at least 1, got 0"});
   expect_error([&] { DataLoader(data, {.std = 0.0}); }, {"DataLoader: mean (0.1307) must be finite and std (0)"});
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (const double std_ : {-0.3081, inf, nan})
+    expect_error([&] { DataLoader(data, {.std = std_}); }, {"DataLoader: mean (0.1307) must be finite and std"});
+  for (const double mean : {inf, nan})
+    expect_error([&] { DataLoader(data, {.mean = mean}); }, {"DataLoader: mean", "must be finite and std (0.3081)"});
   expect_error([&] { DataLoader(TensorDataset(zeros({3, 2}, DType::kI32), arange(3))); },
                {"DataLoader: inputs of dtype i32 are not supported"});
   expect_error([&] { DataLoader(TensorDataset(zeros({3, 2}), zeros({3}))); },

@@ -428,6 +428,14 @@ BOOST_AUTO_TEST_CASE(load_state_dict_errors_name_the_key, MT_CPU_TEST) {
   mt::StateDict extra = without("");
   extra.insert("fc3.weight", mt::ones({2}));
   expect_error([&] { net.load_state_dict(extra); }, {"Net.load_state_dict", "unexpected", "fc3.weight"});
+  // Both at once: one error naming all of them (a user renaming a layer sees the old name and the new).
+  mt::StateDict renamed = without("fc1.bias");
+  renamed.insert("fc1.b", mt::ones({512}));
+  expect_error([&] { net.load_state_dict(renamed); },
+               {"Net.load_state_dict: missing keys [fc1.bias]; unexpected keys [fc1.b]"});
+  // The dict itself: one tensor a key, and at() of an absent key names it.
+  expect_error([&] { extra.insert("fc3.weight", mt::ones({2})); }, {"fc3.weight"});
+  expect_error([&] { (void)extra.at("fc4.weight"); }, {"fc4.weight"});
   mt::StateDict misshapen = without("fc2.bias");
   misshapen.insert("fc2.bias", mt::ones({11}));
   expect_error([&] { net.load_state_dict(misshapen); }, {"Net.load_state_dict", "fc2.bias", "[11]", "[10]"});

@@ -286,6 +286,10 @@ BOOST_AUTO_TEST_CASE(layer_norm_reference_values, MT_CPU_TEST) {
   Tensor b = mt::from_vector<double>({0, 0, 0, 1}, {4}, mt::kF64);
   std::vector<double> ya = mt::layer_norm(x, {4}, w, b).to_vector<double>();
   BOOST_TEST(ya[3] == 1.5 * rstd * 4 + 1, tt::tolerance(1e-12));
+  // eps is added to the variance: with eps 1, (x - 2.5) / √2.25 = (x - 2.5) / 1.5, in every dtype (f32 statistics).
+  for (mt::DType dtype : {mt::kF64, mt::kF32, mt::kF16, mt::kBF16})
+    expect_values(mt::layer_norm(x.to(dtype), {4}, {}, {}, 1.0), {-1, -1.0 / 3, 1.0 / 3, 1}, tolerance(dtype),
+                  "layer_norm, eps 1");
   // f16 data keeps its dtype; under autocast layer_norm runs in f32.
   Tensor h = mt::randn({2, 8}, mt::kF16);
   BOOST_TEST(mt::layer_norm(h, {8}).dtype() == mt::kF16);
@@ -565,6 +569,18 @@ BOOST_AUTO_TEST_CASE(batch_norm_reference_values, MT_CPU_TEST) {
   mt::batch_norm(x, rm, rv, Tensor(), Tensor(), true, 1.0);
   expect_values(rm, {2.5, 11}, tolerance(mt::kF64), "running_mean, momentum 1");
   expect_values(rv, {1.25 * 4 / 3, 4}, tolerance(mt::kF64), "running_var, momentum 1");
+  // eps is added to the variance, the batch's or the running one: with eps 1.75, channel 1's batch variance 3 gives
+  // √4.75 and its running variance 4 (from above) √5.75.
+  BOOST_TEST(mt::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1.75).at<double>({3, 1}) ==
+                 3 / std::sqrt(4.75),
+             tt::tolerance(1e-12));
+  BOOST_TEST(mt::batch_norm(x, rm, rv, Tensor(), Tensor(), false, 0.1, 1.75).at<double>({3, 1}) ==
+                 3 / std::sqrt(5.75),
+             tt::tolerance(1e-12));
+  // Eval without running statistics normalises by the batch's, as training does (F.batch_norm's rule).
+  expect_values(mt::batch_norm(x, Tensor(), Tensor(), w, b, false),
+                mt::batch_norm(x, Tensor(), Tensor(), w, b, true).to_vector<double>(), tolerance(mt::kF64),
+                "batch_norm eval without running statistics");
 }
 
 BOOST_AUTO_TEST_CASE(batch_norm_f16_keeps_f32_statistics, MT_CPU_TEST) {

@@ -175,6 +175,11 @@ BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes, MT_CPU_TEST) {
                {"avg_pool2d: padding should be at most half of the kernel size"});
   expect_error([&] { mt::max_pool2d(mt::randn({1, 2, 2}), pool_options(3, 1, 0)); },
                {"max_pool2d: the height of the (dilated) kernel, 3, exceeds the padded input's, 2"});
+  // Options out of range (stride 0 is kernel_size's default, as PyTorch's stride=None).
+  for (const mt::Pool2dOptions& o : {pool_options(0, 1, 0), pool_options(2, -1, 0), pool_options(2, 2, -1)}) {
+    expect_error([&] { mt::max_pool2d(img, o); }, {"max_pool2d: kernel_size must be positive, stride non-negative"});
+    expect_error([&] { mt::avg_pool2d(img, o); }, {"avg_pool2d: kernel_size must be positive, stride non-negative"});
+  }
   // Planes of 2^31 pixels (a broadcast view: one element of memory) are more than int32 indices address.
   const Tensor huge = mt::zeros({1, 1, 1, 1}).expand({1, 1, 65536, 32768});
   expect_error([&] { mt::max_pool2d(huge); },

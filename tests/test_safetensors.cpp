@@ -242,6 +242,17 @@ BOOST_AUTO_TEST_CASE(loads_a_file_written_by_the_reference_layout, MT_CPU_TEST) 
   expect_same_bits(file.tensors.at("b"), from_bits<int64_t>({7}, {}, mt::kI64), "b");
   expect_same_bits(file.tensors.at("a"), from_bits<uint32_t>({0x3f800000, 0xc0000000}, {2}, mt::kF32), "a");
   expect_same_bits(file.tensors.at("c"), from_bits<uint16_t>({0x3fc0, 0x8000}, {2, 1}, mt::kBF16), "c");
+
+  // The header may list its tensors in another order than their bytes (neither by name nor as written): the bytes'
+  // order still. 107 bytes of JSON + 5 spaces = 112 = 0x70.
+  const std::string swapped = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
+                              R"("b":{"dtype":"I64","shape":[],"data_offsets":[0,8]}})";
+  BOOST_REQUIRE_EQUAL(swapped.size(), 107u);
+  write_bytes(path, std::string("\x70\0\0\0\0\0\0\0", 8) + swapped + "     " + std::string("\x07\0\0\0\0\0\0\0", 8) +
+                        std::string("\0\0\x80\x3f" "\0\0\0\xc0", 8));
+  const auto reordered = load_safetensors(path);
+  BOOST_TEST(reordered.tensors.keys() == (std::vector<std::string>{"b", "a"}), "in the order of their bytes");
+  expect_same_bits(reordered.tensors.at("a"), from_bits<uint32_t>({0x3f800000, 0xc0000000}, {2}, mt::kF32), "a");
 }
 
 // mixtape writes tensors in StateDict order (the format allows any order) with the reference's header layout:

@@ -103,6 +103,25 @@ BOOST_AUTO_TEST_CASE(dtype_conversion) {
   BOOST_TEST(x.to(mt::kF64).is_same(x));
 }
 
+// torch.promote_types over every pair, as PyTorch 1.13 answers it (any float beats any integer; f16 with bf16 is
+// f32); checked at compile time, since promote_types is constexpr.
+namespace promotion {
+using enum mt::DType;
+constexpr mt::DType kOrder[] = {kBool, kU8, kI32, kI64, kF16, kBF16, kF32, kF64};
+constexpr mt::DType kTorch[8][8] = {
+    {kBool, kU8, kI32, kI64, kF16, kBF16, kF32, kF64},  {kU8, kU8, kI32, kI64, kF16, kBF16, kF32, kF64},
+    {kI32, kI32, kI32, kI64, kF16, kBF16, kF32, kF64},  {kI64, kI64, kI64, kI64, kF16, kBF16, kF32, kF64},
+    {kF16, kF16, kF16, kF16, kF16, kF32, kF32, kF64},   {kBF16, kBF16, kBF16, kBF16, kF32, kBF16, kF32, kF64},
+    {kF32, kF32, kF32, kF32, kF32, kF32, kF32, kF64},   {kF64, kF64, kF64, kF64, kF64, kF64, kF64, kF64}};
+constexpr bool matches_torch() {
+  for (int a = 0; a < 8; ++a)
+    for (int b = 0; b < 8; ++b)
+      if (mt::promote_types(kOrder[a], kOrder[b]) != kTorch[a][b]) return false;
+  return true;
+}
+static_assert(matches_torch(), "promote_types differs from torch.promote_types");
+}  // namespace promotion
+
 BOOST_AUTO_TEST_CASE(floating_to_integer_casts_saturate) {
   // C++ leaves a cast of NaN, or of a value past the integer type's range, undefined (GCC on x86 gives INT_MIN
   // for all of them in i32/i64 and wraps u8; ARM saturates; nvcc saturates i32/i64 and wraps u8, core/dtype.h).

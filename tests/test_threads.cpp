@@ -119,6 +119,17 @@ BOOST_AUTO_TEST_CASE(backward_on_two_threads_into_one_leaf_loses_nothing, MT_CPU
   mt::test::expect_same_bits(w.grad(), c * double(kThreads * kPasses), "w.grad() after 2 x 1000 passes");
 }
 
+BOOST_AUTO_TEST_CASE(tape_size_counts_the_nodes_of_every_thread, MT_CPU_TEST) {
+  // autograd::tape_size() is one process-wide count (autograd/autograd.h): a node recorded on a thread that has
+  // ended counts while its output lives here, and leaves the count when that output dies on this thread.
+  const int64_t before = mt::autograd::tape_size();
+  Tensor held;
+  std::thread([&held] { held = mt::exp(mt::randn({2}).requires_grad_()); }).join();
+  BOOST_TEST(mt::autograd::tape_size() == before + 1);
+  held = Tensor();
+  BOOST_TEST(mt::autograd::tape_size() == before);
+}
+
 BOOST_AUTO_TEST_CASE(two_threads_train_as_each_would_alone, MT_CPU_TEST) {
   for (mt::DType precision : {mt::kF32, mt::kF16, mt::kBF16}) {
     auto fresh = [](uint64_t seed) {

@@ -234,9 +234,9 @@ struct MaxPoolResult {
 
 // Convolution (ops/cpu/conv.cpp, cuda/conv.cu). The window fits the padded input; x (N, C_in, H, W), weight
 // (C_out, C_in, kH, kW), dy (N, C_out, H_out, W_out). Each backend picks its algorithm: the CPU runs 3x3 windows of
-// stride 1 through Winograd F(4x4, 3x3) where it has AVX-512 (ops/cpu/conv_winograd.h; f64 excepted), the rest as
-// im2col + GEMM in cache-sized chunks; CUDA as im2col + one GEMM (ops/backend/conv_gemm.h). Sums in acc_dtype,
-// one rounding per output.
+// stride 1 through Winograd F(4x4, 3x3) where it has AVX-512 or AVX2 and FMA (ops/cpu/conv_winograd.h; f64
+// excepted), the rest as im2col + GEMM in cache-sized chunks; CUDA as im2col + one GEMM (ops/backend/conv_gemm.h).
+// Sums in acc_dtype, one rounding per output.
 //   conv2d(x, weight, bias, w)                      y (N, C_out, H_out, W_out) = x ⋆ weight + bias (bias (C_out) or
 //                                                   undefined), in x's dtype.
 //   conv2d_backward_input(dy, weight, input_shape, w)  dx (input_shape), the adjoint of conv2d in x.
