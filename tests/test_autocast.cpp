@@ -2,6 +2,8 @@
 // category table and its overrides, the cast cache and the precision trace.
 #include <boost/test/unit_test.hpp>
 
+#include <thread>
+
 #include <mixtape/autograd/function.h>
 #include <mixtape/mixtape.h>
 
@@ -159,6 +161,26 @@ BOOST_AUTO_TEST_CASE(overrides_global_and_scoped) {
                         [](const mt::Error& e) { return message_has(e, "unknown op 'sofmax'"); });
   BOOST_CHECK_EXCEPTION(mt::amp::PrecisionScope("matmull", Precision::kFp32), mt::Error,
                         [](const mt::Error& e) { return message_has(e, "unknown op 'matmull'"); });
+  BOOST_CHECK_EXCEPTION(mt::amp::precision_of("matmull"), mt::Error,
+                        [](const mt::Error& e) { return message_has(e, "unknown op 'matmull'"); });
+  // A scope is this thread's: another thread, under its own autocast, runs matmul as declared meanwhile.
+  {
+    mt::amp::PrecisionScope keep("matmul", Precision::kFp32);
+    mt::DType there = mt::kF64;
+    Precision category = Precision::kPassthrough;
+    std::thread([&] {
+      mt::amp::Autocast ac_there(mt::kF16);
+      there = mt::matmul(a, a).dtype();
+      category = mt::amp::precision_of("matmul");
+    }).join();
+    BOOST_TEST(there == mt::kF16);
+    BOOST_TEST(category == Precision::kLowerPrecision);
+    BOOST_TEST(mt::matmul(a, a).dtype() == mt::kF32);
+  }
+  // An op's facts are registered once: the same name with other facts is refused (two ops cannot share a name).
+  BOOST_CHECK_EXCEPTION(mt::autograd::register_op_info("relu", Precision::kFp32, true), mt::Error,
+                        [](const mt::Error& e) { return message_has(e, "relu"); });
+  BOOST_TEST(mt::amp::precision_of("relu") == Precision::kPassthrough);
 }
 
 BOOST_AUTO_TEST_CASE(a_parameter_used_twice_is_cast_once) {

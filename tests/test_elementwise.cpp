@@ -696,6 +696,7 @@ BOOST_AUTO_TEST_CASE(misuse_gets_errors_naming_op_shapes_and_dtypes, MT_CPU_TEST
   expect_error([&] { mt::neg(mt::zeros({2}, DType::kBool)); }, {"neg:", "bool"});
   expect_error([&] { mt::add(i64, 0.5); }, {"add_scalar: the scalar 0.5 is not an integer", "i64"});
   expect_error([&] { mt::relu(Tensor()); }, {"relu:", "undefined"});
+  expect_error([&] { mt::gelu(f32, "fast"); }, {"gelu: approximate must be \"none\" or \"tanh\", got \"fast\""});
   expect_error([&] { mt::clamp(f32, std::nullopt); }, {"clamp: at least one of min and max must be given"});
   expect_error([&] { mt::clamp(i64, 0.5); }, {"clamp: the scalar 0.5 is not an integer", "i64"});
   // A bound the integer dtype cannot hold, as PyTorch's checked conversion ("value cannot be converted to type int

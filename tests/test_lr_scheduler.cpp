@@ -25,6 +25,7 @@
 
 namespace mt = mixtape;
 namespace optim = mixtape::optim;
+namespace tt = boost::test_tools;
 using mt::Tensor;
 using mt::test::expect_error;
 
@@ -199,6 +200,27 @@ BOOST_AUTO_TEST_CASE(resuming_at_an_epoch_uses_the_closed_form, MT_CPU_TEST) {
   Setup fresh("SGD");
   expect_error([&] { optim::StepLR bad(*fresh.opt, 2, 0.1, /*last_epoch=*/5); },
                {"StepLR", "param_groups[0]", "initial_lr"});
+}
+
+BOOST_AUTO_TEST_CASE(one_cycle_records_its_bounds_and_cycles_momentum_only_when_asked, MT_CPU_TEST) {
+  // PyTorch's OneCycleLR writes initial_lr = max_lr / div_factor, max_lr and min_lr = initial_lr / final_div_factor
+  // into each group; cycle_momentum=False leaves the optimizer's momentum alone.
+  Setup s("SGD");
+  optim::OneCycleLR one(*s.opt, {.max_lr = {1.0, 0.5}, .total_steps = 10, .cycle_momentum = false});
+  for (size_t g = 0; g < 2; ++g) {
+    const optim::GroupOptions& o = s.opt->param_groups()[g].options;
+    const double max_lr = g == 0 ? 1.0 : 0.5;
+    BOOST_TEST(o.get("max_lr") == max_lr);
+    BOOST_TEST(o.get("initial_lr") == max_lr / 25, tt::tolerance(1e-15));
+    BOOST_TEST(o.get("min_lr") == max_lr / 25 / 1e4, tt::tolerance(1e-15));
+  }
+  for (int i = 0; i < 5; ++i) {
+    one.step();
+    BOOST_TEST(s.momenta() == (std::vector<double>{0.9, 0.9}), tt::per_element());
+  }
+  Setup cycled("SGD");
+  optim::OneCycleLR two(*cycled.opt, {.max_lr = 1.0, .total_steps = 10});
+  BOOST_TEST(cycled.momenta() == (std::vector<double>{0.95, 0.95}), tt::per_element());  // max_momentum at the start
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_the_schedule, MT_CPU_TEST) {

@@ -477,6 +477,9 @@ BOOST_AUTO_TEST_CASE(moves, MT_CPU_TEST) {
   nn::Sequential moved(std::move(seq));
   BOOST_TEST(moved(mt::randn({5, 3})).shape() == (mt::Shape{5, 2}));
   BOOST_TEST(names(moved.named_parameters()) == (std::vector<std::string>{"0.weight", "0.bias"}), tt::per_element());
+  // A move assignment from a module with submodules by reference is refused as the move constructor is.
+  Net from, into;
+  expect_error([&] { into = std::move(from); }, {"Net", "fc1, fc2", "by reference"});
 }
 
 BOOST_AUTO_TEST_CASE(containers, MT_CPU_TEST) {
@@ -556,6 +559,15 @@ BOOST_AUTO_TEST_CASE(forwards_are_the_ops, MT_CPU_TEST) {
   expect_close(conv(x), mt::conv2d(x, conv.weight, conv.bias, copt), kExact, "Conv2d");
   expect_close(conv(x.select(0, 1)), mt::conv2d(x, conv.weight, conv.bias, copt).select(0, 1), kExact,
                "Conv2d, unbatched (C, H, W)");
+  // Every option reaches the op: stride, padding and dilation per axis, no bias.
+  nn::Conv2d strided({.in_channels = 3, .out_channels = 2, .kernel_size = {3, 2}, .stride = {2, 1},
+                      .padding = {0, 1}, .dilation = {1, 2}, .bias = false});
+  mt::Conv2dOptions sopt;
+  sopt.stride[0] = 2;
+  sopt.padding[1] = 1;
+  sopt.dilation[1] = 2;
+  BOOST_TEST(!strided.bias.defined());
+  expect_close(strided(x), mt::conv2d(x, strided.weight, {}, sopt), kExact, "Conv2d, stride, padding, dilation");
   mt::Pool2dOptions popt;
   popt.kernel_size[0] = popt.kernel_size[1] = 3;
   popt.stride[0] = popt.stride[1] = 2;
