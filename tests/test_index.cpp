@@ -59,6 +59,12 @@ BOOST_AUTO_TEST_CASE(index_select_gradient_sums_repeated_indices, MT_CPU_TEST) {
   BOOST_TEST(y.at<double>({1, 1}) == x.at<double>({0, 1}));
   mt::sum(y).backward();
   BOOST_TEST(x.grad().to_vector<double>() == (std::vector<double>{2, 2, 0, 0, 1, 1}), boost::test_tools::per_element());
+  // An i32 index (ops.h: kI64 or kI32) selects the same rows and sums the same gradient.
+  Tensor x32 = x.detach().requires_grad_();
+  const Tensor y32 = mt::index_select(x32, 0, index_i64({0, 0, 2}).to(mt::kI32));
+  BOOST_TEST(y32.to_vector<double>() == y.to_vector<double>(), boost::test_tools::per_element());
+  mt::sum(y32).backward();
+  BOOST_TEST(x32.grad().to_vector<double>() == x.grad().to_vector<double>(), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(cat_promotes_and_returns_each_gradient_in_its_dtype, MT_CPU_TEST) {
