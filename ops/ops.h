@@ -24,6 +24,9 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
+/// A scalar operand (here and in the operators below) takes the tensor's dtype, as PyTorch's does for a scalar of
+/// the tensor's kind. The scalar is a double, and for an integer tensor it must be integral and acts as an integer:
+/// `x_u8 - 6.0` is u8 255 (PyTorch's `x_u8 - 6` too; its `x_u8 - 6.0` promotes to f32: -1); 0.5 is an error.
 Tensor add(const Tensor& a, double b);
 Tensor mul(const Tensor& a, double b);
 Tensor neg(const Tensor& x);
