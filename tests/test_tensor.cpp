@@ -73,6 +73,11 @@ BOOST_AUTO_TEST_CASE(value_semantics_share_data) {
   c.set({1}, 7.0);
   BOOST_TEST(a.at<float>({1}) == 5.0f);
   BOOST_TEST(c.storage() != a.storage());
+  // contiguous() is the tensor itself when it already is (no copy, as PyTorch's), a copy when it is not.
+  BOOST_TEST(a.contiguous().is_same(a));
+  const mt::Tensor t = mt::zeros({2, 3}).t();
+  BOOST_TEST(t.contiguous().storage() != t.storage());
+  BOOST_TEST(t.contiguous().is_contiguous());
 }
 
 BOOST_AUTO_TEST_CASE(dtype_conversion) {
