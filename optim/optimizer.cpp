@@ -328,7 +328,11 @@ StateDict Optimizer::state_dict() const {
     if (step == 0) continue;
     const std::string prefix = "state." + std::to_string(i) + ".";
     sd.insert(prefix + "step", i64_scalar(step));
-    const bool master = has_master(parameters_at(i));  // not a master left from before a cast to f32
+    // A master left from before a cast to f32 is no state; one a cast back has not made yet is the parameter's value
+    // (what the next step starts from), so that load_state_dict, which expects it, takes this dict back.
+    const Tensor& p = parameters_at(i);
+    const bool master = has_master(p);
+    if (master && !s.has("master")) sd.insert(prefix + "master", raw::to(p, DType::kF32));
     for (const auto& [name, t] : s.buffers)
       if (name != "master" || master) sd.insert(prefix + name, t);
   }

@@ -589,6 +589,8 @@ BOOST_AUTO_TEST_CASE(a_parameter_written_between_steps_is_what_its_master_contin
   for (int i = 0; i < 3; ++i) add_one();
   expect_close(layer.weight.detach(), mt::full({1, 2}, 5.0), mt::test::kExact, "f32 steps, in place");
   layer.to(DType::kF16);
+  expect_close(sgd.state_dict().at("state.0.master"), mt::full({1, 2}, 5.0), mt::test::kExact, "before a step");
+  sgd.load_state_dict(sgd.state_dict());  // the master it lists is expected back
   add_one();
   expect_close(layer.weight.detach(), mt::full({1, 2}, 6.0, DType::kF16), mt::test::kExact, "f16 again");
   expect_close(sgd.state_dict().at("state.0.master"), mt::full({1, 2}, 6.0), mt::test::kExact, "its new master");
