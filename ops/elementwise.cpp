@@ -346,14 +346,13 @@ struct Clamp {
   struct Ctx : autograd::Ctx {
     std::optional<double> min, max;
   };
-  /// An integral bound an integer x's dtype holds, as PyTorch's checked conversion of clamp's scalars: a u8 bound
-  /// may be negative down to -255 (it wraps: min=-1 is 255), an i32 one must be an i32 (a bound that wrapped would
-  /// clamp to the wrong side).
+  /// An integral bound an integer x's dtype holds (fits, core/dtype.h), as PyTorch's checked conversion of clamp's
+  /// scalars; a u8 bound may also be negative down to -255 (it wraps: min=-1 is 255). A bound that wrapped otherwise
+  /// would clamp to the wrong side.
   static void check_bound(const Tensor& x, double bound) {
     ops::check::scalar_fits(kName, x, bound);  // an integer of i64 for an integer x
     const DType t = x.dtype();
-    const double lo = t == DType::kU8 ? -255.0 : -2147483648.0, hi = t == DType::kU8 ? 255.0 : 2147483647.0;
-    MT_CHECK((t != DType::kU8 && t != DType::kI32) || (bound >= lo && bound <= hi), kName, ": the bound ", bound,
+    MT_CHECK(is_floating(t) || fits(bound, t) || (t == DType::kU8 && fits(-bound, t)), kName, ": the bound ", bound,
              " cannot be converted to ", t, " without overflow (x of shape ", x.shape(), ")");
   }
   static Tensor forward(Ctx& ctx, const Tensor& x, std::optional<double> min, std::optional<double> max) {
