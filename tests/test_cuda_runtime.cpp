@@ -378,13 +378,22 @@ BOOST_AUTO_TEST_CASE(fill_matches_cpu_for_every_dtype, MT_GPU_TEST) {
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   for (DType t : kAllDTypes) {
     std::vector<double> values;
-    if (mt::is_floating(t)) values = {0.0, -0.0, 0.1, -2.5, 65519.0, 65520.0, 1e-8, 3e38, inf, -inf, nan};
-    else if (t == DType::kU8) values = {0, 1, 200, 255};
+    // 65500 rounds to f16's largest, 65504; past it f16 refuses (65519, 65520, 3e38), as PyTorch does.
+    if (mt::is_floating(t))
+      values = {0.0, -0.0, 0.1, -2.5, 65500.0, 65504.0, 65519.0, 65520.0, 1e-8, 3e38, inf, -inf, nan};
+    else if (t == DType::kU8) values = {0, 1, 200, 255, 256, -1};
     else if (t == DType::kBool) values = {0, 1, 0.5, -3};
-    else values = {0, 7, -3, 2147483647.0, -2147483648.0};
+    else values = {0, 7, -3, 2147483647.0, -2147483648.0, 2147483648.0};
     for (double value : values) {
       std::ostringstream what;
       what << "fill " << mt::dtype_name(t) << " with " << value;
+      if (!mt::fits(value, t)) {  // Refused on either device, before any kernel.
+        for (Device d : {Device::cpu(), Device::cuda()}) {
+          BOOST_CHECK_THROW(mt::full({3}, value, TensorOptions(t).device(d)), mt::Error);
+          BOOST_CHECK_THROW(mt::zeros({3}, TensorOptions(t).device(d)).fill_(value), mt::Error);
+        }
+        continue;
+      }
       // Contiguous, big enough for the grid-stride loop.
       const Shape big{(int64_t{1} << 20) + 3};
       check_bit_exact(mt::full(big, value, TensorOptions(t).device(Device::cuda())),
