@@ -36,6 +36,7 @@ expect 1 "does not hold MNIST" --data "$work/nowhere"
 expect 1 "--save: no such directory" --save "$work/nowhere/ckpt.safetensors"
 expect 1 "--inspect: no such directory" --inspect "$work/nowhere/numerics"
 expect 1 "--cuda-graph" --cuda-graph --device cpu
+expect 1 "--tf32: TF32 runs on a GPU" --tf32 --device cpu
 expect 1 "--cuda-graph" --cuda-graph --inspect "$work/inspect"  # no GPU: needs cuda; a GPU: --inspect reads the host
 if [ -n "${MIXTAPE_MNIST_DIR:-}" ]; then
   mkdir "$work/damaged"
