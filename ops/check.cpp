@@ -59,6 +59,13 @@ void scalar_fits(const char* op, const Tensor& t, double s) {
            " is not an integer but x is ", t.dtype(), " (shape ", t.shape(), "); cast x to a floating dtype first");
 }
 
+void scalar_converts(const char* op, const char* what, const Tensor& t, const char* t_name, double s) {
+  scalar_fits(op, t, s);
+  const DType d = t.dtype();
+  MT_CHECK(fits(s, d) || (d == DType::kU8 && fits(-s, d)), op, ": the ", what, " ", s, " cannot be converted to ", d,
+           " without overflow (", t_name, " of shape ", t.shape(), ")");
+}
+
 std::vector<int64_t> reduce_dims(const char* op, const Tensor& x, std::span<const int64_t> dims_in) {
   const int64_t ndim = x.dim();
   std::vector<int64_t> dims;

@@ -29,6 +29,11 @@ void same_device(const char* op, const Tensor& a, const char* a_name, const Tens
 void same_dtype(const char* op, const Tensor& a, const char* a_name, const Tensor& b, const char* b_name);
 /// A scalar usable with a tensor of `t`'s dtype: any double for floating t, an int64 value for integer t.
 void scalar_fits(const char* op, const Tensor& t, double s);
+/// A scalar stored as a value of `t`'s dtype (where's scalar operand, clamp's bound on an integer tensor):
+/// scalar_fits, and a value the dtype holds (fits, core/dtype.h), as PyTorch's checked conversion ("value cannot
+/// be converted to type ... without overflow"): finite values up to the dtype's largest, infinities and NaN in a
+/// floating dtype; a u8 also takes -255..-1, which wrap (-1 is 255). `what` names the scalar, `t_name` the tensor.
+void scalar_converts(const char* op, const char* what, const Tensor& t, const char* t_name, double s);
 
 /// The dims of a reduction of `x`: wrapped, unique, ascending; every dim when `dims` is empty (what
 /// kernels::reduce takes). A 0-d tensor accepts dim 0 and -1 and has nothing to reduce.

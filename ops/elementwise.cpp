@@ -346,14 +346,11 @@ struct Clamp {
   struct Ctx : autograd::Ctx {
     std::optional<double> min, max;
   };
-  /// An integral bound an integer x's dtype holds (fits, core/dtype.h), as PyTorch's checked conversion of clamp's
-  /// scalars; a u8 bound may also be negative down to -255 (it wraps: min=-1 is 255). A bound that wrapped otherwise
-  /// would clamp to the wrong side.
+  /// An integral bound an integer x's dtype holds, as PyTorch's checked conversion of clamp's scalars (a u8 bound may
+  /// be -255..-1: min=-1 is 255). A bound that wrapped otherwise would clamp to the wrong side. A floating x takes
+  /// any bound: it is compared in f64, and one past f16's range is no bound.
   static void check_bound(const Tensor& x, double bound) {
-    ops::check::scalar_fits(kName, x, bound);  // an integer of i64 for an integer x
-    const DType t = x.dtype();
-    MT_CHECK(is_floating(t) || fits(bound, t) || (t == DType::kU8 && fits(-bound, t)), kName, ": the bound ", bound,
-             " cannot be converted to ", t, " without overflow (x of shape ", x.shape(), ")");
+    if (!is_floating(x.dtype())) ops::check::scalar_converts(kName, "bound", x, "x", bound);
   }
   static Tensor forward(Ctx& ctx, const Tensor& x, std::optional<double> min, std::optional<double> max) {
     check_unary(kName, x, /*integers=*/true);
@@ -502,12 +499,12 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
 }
 Tensor where(const Tensor& condition, const Tensor& a, double b) {
   ops::check::defined("where", a, "a");
-  ops::check::scalar_fits("where", a, b);
+  ops::check::scalar_converts("where", "scalar b", a, "a", b);
   return where(condition, a, scalar_like(b, a));
 }
 Tensor where(const Tensor& condition, double a, const Tensor& b) {
   ops::check::defined("where", b, "b");
-  ops::check::scalar_fits("where", b, a);
+  ops::check::scalar_converts("where", "scalar a", b, "b", a);
   return where(condition, scalar_like(a, b), b);
 }
 

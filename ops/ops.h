@@ -52,8 +52,10 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 /// torch.where: a where `condition` (kBool) holds, b elsewhere, at the broadcast shape of the three; a and b
-/// promote to one dtype. A scalar operand takes the tensor's dtype (an integral value for an integer tensor).
-///   mt::where(mt::gt(x, mt::zeros({})), x, 0.01 * x);   mt::where(mask, logits, -1e9);
+/// promote to one dtype. A scalar operand takes the tensor's dtype: an integral value for an integer tensor, and one
+/// the dtype holds, or an error as PyTorch's ("cannot be converted to f16 without overflow": f16 holds no -1e9; -inf
+/// or -65504 mask an f16 tensor), a u8 taking -255..-1 as they wrap (-1 is 255).
+///   mt::where(mt::gt(x, mt::zeros({})), x, 0.01 * x);   mt::where(mask, logits_f32, -1e9);
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& condition, const Tensor& a, double b);
 Tensor where(const Tensor& condition, double a, const Tensor& b);

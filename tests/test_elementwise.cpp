@@ -849,11 +849,16 @@ BOOST_AUTO_TEST_CASE(where_selects_broadcasts_and_routes_the_gradient, MT_CPU_TE
   mt::sum(r).backward();
   expect_values(p.grad(), {1, 0}, kExact, "where over NaN, a");
   expect_values(q.grad(), {0, 1}, kExact, "where over inf, b");
-  // A scalar takes the tensor's dtype (-1e9 is -inf in f16, as in PyTorch).
+  // A scalar takes the tensor's dtype, if the dtype holds it (-1e9 does not fit f16: refused, as PyTorch 1.13's
+  // "value cannot be converted to type at::Half without overflow"; -inf does).
   const Tensor h = mt::from_vector<double>({-1, 2, -3, 4}, {4}, mt::kF16);
-  const Tensor masked = mt::where(mt::gt(h, mt::zeros({})), h, -1e9);
+  const Tensor masked = mt::where(mt::gt(h, mt::zeros({})), h, -kInf);
   BOOST_TEST(masked.dtype() == mt::kF16);
-  expect_values(masked, {-kInf, 2, -kInf, 4}, kExact, "where of f16 and -1e9");
+  expect_values(masked, {-kInf, 2, -kInf, 4}, kExact, "where of f16 and -inf");
+  expect_error([&] { mt::where(mt::gt(h, mt::zeros({})), h, -1e9); },
+               {"where: the scalar b -1e+09 cannot be converted to f16 without overflow (a of shape [4])"});
+  expect_values(mt::where(mt::gt(h, mt::zeros({})), h.to(mt::kF32), -1e9), {-1e9, 2, -1e9, 4}, kExact,
+                "where of f32 and -1e9");
   expect_values(mt::where(mt::from_vector<double>({0, 1}, {2}).to(mt::kBool), 7.0, mt::from_vector<int64_t>({1, 2})),
                 {1, 7}, kExact, "where of a scalar and i64");
 }

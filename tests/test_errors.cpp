@@ -146,16 +146,30 @@ BOOST_AUTO_TEST_CASE(scalars_that_overflow_their_dtype_are_refused) {
   BOOST_TEST(mt::arange(0.0, 256.0, 1.0, mt::kU8).numel() == 256);
   BOOST_TEST(mt::full({}, inf, mt::kF64).item<float>() == static_cast<float>(inf));
   BOOST_TEST(mt::full({}, 2.5, mt::kF64).item<int64_t>() == 2);
-  // Ops keep taking their scalars as PyTorch's do: a bound past f16's range is no bound (clamp leaves x as it is),
-  // and where's scalar operand becomes the result dtype's infinity.
+  // A bound past f16's range is no bound (clamp compares in f64 and leaves x as it is), as PyTorch's.
   const mt::Tensor x = mt::full({3}, 60000, mt::kF16);
   BOOST_TEST(mt::clamp(x, std::nullopt, 1e5).to_vector<float>() == x.to_vector<float>());
-  BOOST_TEST(mt::where(mt::zeros({3}, mt::kBool), x, 1e5).to_vector<float>() == std::vector<float>(3, inf));
-  // An integer scalar into a narrower integer dtype wraps, as integer arithmetic (and PyTorch) does.
+  // where's scalar operand becomes a value of the tensor's dtype: refused where that dtype cannot hold it, as by
+  // PyTorch 1.13's where (checked: torch.where(c, x_f16, 1e5) and torch.where(c, x_i32, 3000000000) raise "value
+  // cannot be converted to type ... without overflow", either operand order); it was a silent inf and a wrapped
+  // -1294967296. A u8 takes -255..-1, which wrap (PyTorch's where(c, x_u8, -1) is 255), not -256 or 256.
   const mt::Tensor no = mt::zeros({2}, mt::kBool);
-  BOOST_TEST(mt::where(no, mt::full({2}, 5, mt::kU8), -1).to_vector<int64_t>() == std::vector<int64_t>(2, 255));
-  BOOST_TEST(mt::where(no, mt::full({2}, 5, mt::kI32), 3e9).to_vector<int64_t>() ==
-             std::vector<int64_t>(2, 3000000000 - 4294967296));
+  const mt::Tensor f16 = mt::full({2}, 5, mt::kF16), i32 = mt::full({2}, 5, mt::kI32), u8 = mt::full({2}, 5, mt::kU8);
+  expect_error([&] { mt::where(no, f16, 1e5); }, {"where: the scalar b 100000 cannot be converted to f16", "[2]"});
+  expect_error([&] { mt::where(no, 65519.0, f16); }, {"where: the scalar a 65519", "f16", "overflow"});
+  expect_error([&] { mt::where(no, i32, 3e9); }, {"where: the scalar b 3e+09 cannot be converted to i32"});
+  expect_error([&] { mt::where(no, -2147483649.0, i32); }, {"where: the scalar a", "i32", "overflow"});
+  expect_error([&] { mt::where(no, u8, 256); }, {"where: the scalar b 256", "u8", "overflow"});
+  expect_error([&] { mt::where(no, u8, -256); }, {"where: the scalar b -256", "u8", "overflow"});
+  expect_error([&] { mt::where(no, mt::full({2}, 5, mt::kBF16), 1e39); }, {"where", "bf16", "overflow"});
+  expect_error([&] { mt::where(no, mt::full({2}, 5, mt::kF32), 1e39); }, {"where", "f32", "overflow"});
+  BOOST_TEST(mt::where(no, f16, 65504).to_vector<float>() == std::vector<float>(2, 65504));
+  BOOST_TEST(mt::where(no, f16, -inf).to_vector<float>() == std::vector<float>(2, -inf));
+  BOOST_TEST(std::isnan(mt::where(no, f16, nan).to_vector<float>()[0]));
+  BOOST_TEST(mt::where(no, i32, -2147483648.0).to_vector<int64_t>() == std::vector<int64_t>(2, -2147483648LL));
+  BOOST_TEST(mt::where(no, u8, -1).to_vector<int64_t>() == std::vector<int64_t>(2, 255));
+  BOOST_TEST(mt::where(no, u8, -255).to_vector<int64_t>() == std::vector<int64_t>(2, 1));
+  // Arithmetic with a scalar is another thing: an integral scalar on an integer tensor wraps as integer arithmetic.
   BOOST_TEST((mt::full({2}, 5, mt::kU8) - 6.0).to_vector<int64_t>() == std::vector<int64_t>(2, 255));
 }
 
