@@ -196,7 +196,8 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 Tensor empty(const Shape& shape, TensorOptions options = {});
 Tensor zeros(const Shape& shape, TensorOptions options = {});
 Tensor ones(const Shape& shape, TensorOptions options = {});
-/// Every element = `value`; an error when it overflows the dtype (fits() in dtype.h), as PyTorch's.
+/// Every element = `value`; an error when it overflows the dtype (fits() in dtype.h), as PyTorch's (which also
+/// wraps -255..-1 into u8: refused here).
 Tensor full(const Shape& shape, double value, TensorOptions options = {});
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
