@@ -114,8 +114,9 @@ BOOST_AUTO_TEST_CASE(scalars_that_overflow_their_dtype_are_refused) {
   // PyTorch's rule ("value cannot be converted to type ... without overflow"): an integer dtype takes finite values
   // in its range, a floating one infinities, NaN and finite values up to its largest. Before, an i64 1e30 was
   // whatever the CPU's cast made of it (undefined in C++; INT64_MIN on x86) and an f16 1e5 a silent inf. One
-  // difference: PyTorch 1.13 also takes -255..-1 into u8 here (torch.full((2,), -1, dtype=torch.uint8) is 255;
-  // checked), which full, fill_ and set refuse (where's scalar and clamp's bound take them, as PyTorch's).
+  // difference: PyTorch 1.13 also takes -255..-1 into u8 here when they are ints (torch.full((2,), -1,
+  // dtype=torch.uint8) is 255, -1.0 is refused; checked), which full, fill_ and set refuse (where's scalar and
+  // clamp's bound take them, as PyTorch's int scalars).
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   expect_error([] { mt::full({2}, 1e30, mt::kI64); }, {"full", "the value 1e+30 overflows i64", "[2]"});
   expect_error([] { mt::full({2}, 0x1p63, mt::kI64); }, {"full", "overflows i64"});
