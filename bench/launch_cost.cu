@@ -6,9 +6,10 @@
 // times the parts in-process, on the thread's current stream (the one mixtape launches on):
 //   bare launch          an empty kernel, <<<1, 32>>> (CUDA's launch path alone)
 //   bare + error check   the same and cudaGetLastError, as every mixtape launch checks
-//   bare + 5 cudaGetDevice  the same after five cudaGetDevice calls: what mixtape's launchers and guards ask a
-//                        launch of the eager AMP MLP step (270 calls for 50 launches in fp16, counted under
-//                        bench/null_cudart.cpp)
+//   bare + 5 cudaGetDevice  the same after five cudaGetDevice calls: what mixtape's launchers and guards asked a
+//                        launch of the eager AMP MLP step until the guard remembered its device (270 calls for
+//                        50 launches in fp16, counted under bench/null_cudart.cpp; one a launch since): the
+//                        price of the calls taken out
 //   empty (1) f32        mixtape::empty on the device: the caching allocator's round trip, no kernel
 //   add, no grad         a + b of (1) f32 tensors under NoGradGuard: dispatch, output allocation, one kernel
 //   add, recorded        the same with a requiring grad: the tape's node on top

@@ -96,18 +96,18 @@ class Allocator {
  public:
   void* allocate(size_t nbytes, int device) {
     const size_t size = size_class(nbytes);
-    DeviceGuard guard(device);
     const cudaStream_t stream = launch_stream(device);
     void* ptr = nullptr;
     {
       std::lock_guard<std::mutex> lock(m_mutex);
       DevicePool& pool = pool_of(device);
       GraphPool* graph = capture_of(device, stream);
-      if (!graph) note_stream(pool, stream);
+      if (!graph) note_stream(pool, stream, device);
       Block* b = !size ? nullptr : graph ? take_fitting(graph->free, size) : take_cached(pool, size, stream);
       if (b) {
-        ++pool.stats.num_cache_hits;
+        ++pool.stats.num_cache_hits;  // CUDA asked nothing (an event query at most), so no device was selected
       } else {
+        DeviceGuard guard(device);  // cudaMalloc allocates on the current device
         b = new Block{malloc_or_throw(pool, nbytes, size, device, graph != nullptr), size, device, stream, nullptr};
         ++pool.stats.num_cuda_malloc;
         pool.stats.reserved_bytes += static_cast<int64_t>(size);
@@ -125,6 +125,7 @@ class Allocator {
       ptr = b->ptr;
     }
     if (m_poison.load(std::memory_order_relaxed)) {
+      DeviceGuard guard(device);  // `stream` may be cudaStreamLegacy: the current device's
       const cudaError_t status = cudaMemsetAsync(ptr, 0xFF, size, stream);
       if (status != cudaSuccess) deallocate(ptr);
       MT_CUDA_CHECK(status, "cuda allocator: poisoning ", size, " bytes on cuda:", device);
@@ -183,10 +184,13 @@ class Allocator {
     g->released = true;
     std::erase(m_captures, g);
     DevicePool& pool = m_pools[static_cast<size_t>(g->device)];
-    int previous = -1;
-    const bool switched =
-        cudaGetDevice(&previous) == cudaSuccess && previous != g->device && cudaSetDevice(g->device) == cudaSuccess;
-    note_stream(pool, stream);
+    with_device_nothrow(g->device, [&] { release_on_its_device(pool, g, stream); });
+    if (g->held == 0) delete g;
+  }
+
+  /// release() with g's device current.
+  void release_on_its_device(DevicePool& pool, GraphPool* g, cudaStream_t stream) noexcept {
+    note_stream(pool, stream, g->device);
     for (auto& [size, b] : g->free) {  // its own blocks: the replays were their last users
       b->graph = nullptr;
       b->stream = stream;
@@ -211,9 +215,6 @@ class Allocator {
     g->kept.clear();
     for (auto& [ptr, b] : m_live)  // held blocks: ordinary blocks of `stream` when freed
       if (b->graph == g) b->stream = stream;
-    if (switched) (void)cudaSetDevice(previous);
-    (void)cudaGetLastError();
-    if (g->held == 0) delete g;
   }
 
   void empty_cache() {
@@ -245,12 +246,8 @@ class Allocator {
  private:
   /// Puts a freed block into the cache (or frees it where no event can order its reuse), on its device.
   void cache_freed(DevicePool& pool, Block* b) noexcept {
-    int previous = -1;
-    const bool switched =
-        cudaGetDevice(&previous) == cudaSuccess && previous != b->device && cudaSetDevice(b->device) == cudaSuccess;
-    cache_freed_here(pool, b);
-    if (switched) (void)cudaSetDevice(previous);
-    (void)cudaGetLastError();
+    if (pool.several_streams) with_device_nothrow(b->device, [&] { cache_freed_here(pool, b); });
+    else cache_freed_here(pool, b);  // no event to record: CUDA is asked nothing, so no device is selected
   }
 
   /// cache_freed with b's device current.
@@ -305,7 +302,7 @@ class Allocator {
 
   /// The first time a device sees a second stream, the blocks already cached get their free events (recorded
   /// now, after the work that freed them: later than needed, never too early).
-  void note_stream(DevicePool& pool, cudaStream_t stream) {
+  void note_stream(DevicePool& pool, cudaStream_t stream, int device) {
     if (!pool.seen_a_stream) {
       pool.seen_a_stream = true;
       pool.first_stream = stream;
@@ -313,16 +310,19 @@ class Allocator {
     }
     if (pool.several_streams || stream == pool.first_stream) return;
     pool.several_streams = true;
-    for (auto it = pool.cached.begin(); it != pool.cached.end();) {
-      if (record_free(pool, it->second)) {
-        ++it;
-      } else {
-        (void)cudaFree(it->second->ptr);
-        pool.stats.reserved_bytes -= static_cast<int64_t>(it->second->size);
-        delete it->second;
-        it = pool.cached.erase(it);
+    // The events go on the blocks' streams, which may be the device's cudaStreamLegacy: the device made current.
+    with_device_nothrow(device, [&] {
+      for (auto it = pool.cached.begin(); it != pool.cached.end();) {
+        if (record_free(pool, it->second)) {
+          ++it;
+        } else {
+          (void)cudaFree(it->second->ptr);
+          pool.stats.reserved_bytes -= static_cast<int64_t>(it->second->size);
+          delete it->second;
+          it = pool.cached.erase(it);
+        }
       }
-    }
+    });
   }
 
   /// Records `b`'s free event on its stream (current device: b's). False when CUDA refused.

@@ -13,6 +13,8 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <mixtape/cuda/stream.cuh>
+
 namespace mixtape::kernels::cuda {
 
 /// Most blocks in a cluster (the portable cluster size).
@@ -78,8 +80,8 @@ inline cudaLaunchConfig_t cluster_launch_config(dim3 grid, dim3 block, size_t sm
 /// per kernel, shape and device (launchers ask on every launch). Never throws a CUDA error.
 template <class Kernel>
 int cluster_launch_fits(Kernel kernel, int block, size_t smem, int cluster) {
-  int device = -1;
-  if (cudaGetDevice(&device) != cudaSuccess) {
+  int device = ::mixtape::cuda::detail::guarded_device();  // the launcher's DeviceGuard's, if one is live
+  if (device < 0 && cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }

@@ -41,11 +41,7 @@ bool vector_ok(const GemmOperand& op, int64_t batches, DType dtype) {
          (batches <= 1 || op.batch_stride % vec == 0);
 }
 
-int current_device() {
-  int device = 0;
-  MT_CUDA_CHECK(cudaGetDevice(&device), "gemm: querying the current device");
-  return device;
-}
+int current_device() { return ::mixtape::cuda::current_device(); }  // the launcher's DeviceGuard's
 
 bool choose_large(int64_t m, int64_t n, int64_t batches, DType in_dtype, const GemmOperand& a,
                   const GemmOperand& b) {
@@ -104,12 +100,11 @@ int forced_split(GemmTile tile) {
 
 bool gemm_tensor_core_supports(DType in_dtype, DType out_dtype, int device) noexcept {
   if (!is_gemm_float(in_dtype) || !is_gemm_float(out_dtype)) return false;
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    (void)cudaGetLastError();
+  try {
+    return ::mixtape::cuda::compute_capability_major(device) >= 8;  // asked once per device
+  } catch (...) {  // noexcept: no such device, or CUDA refused; the caller takes the other path
     return false;
   }
-  return major >= 8;
 }
 
 const char* gemm_tile_name(GemmTile tile) noexcept {

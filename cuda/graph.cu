@@ -59,9 +59,11 @@ struct Graph::Impl {
                                        // default generator's offset for the replay (dropout), when it draws
 
   ~Impl() {
-    int previous = -1;
-    const bool switched =
-        cudaGetDevice(&previous) == cudaSuccess && previous != device && cudaSetDevice(device) == cudaSuccess;
+    with_device_nothrow(device, [this] { release_on_its_device(); });
+  }
+
+  /// What the destructor frees, with the graph's device current.
+  void release_on_its_device() noexcept {
     if (replayed) {  // the last replay (which follows every earlier one) may still use the pool and the slot
       detail::count_synchronization();
       // A graph may die inside another graph's capture: a wait on a stream that is not capturing is allowed then
@@ -79,8 +81,6 @@ struct Graph::Impl {
     if (pool) release_graph_pool(pool, last_stream);
     if (arguments.arena) cached_deallocate(arguments.arena);
     if (last_replay) (void)cudaEventDestroy(last_replay);
-    if (switched) (void)cudaSetDevice(previous);
-    (void)cudaGetLastError();
   }
 };
 

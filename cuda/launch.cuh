@@ -18,6 +18,7 @@
 #include <mixtape/core/shape.h>
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/cuda/check.h>
+#include <mixtape/cuda/runtime.h>
 #include <mixtape/cuda/stream.cuh>
 
 namespace mixtape::kernels::cuda {
@@ -33,8 +34,7 @@ inline constexpr int kBlockThreads = 256;
 /// fill every SM (2048 resident threads an SM on sm_80/sm_90: 8 blocks of 256), never more than the work needs,
 /// at least one. Each thread then loops over items first_index(), + grid_stride(), ...
 inline int grid_blocks(int64_t work, int threads = kBlockThreads) {
-  int device = 0;
-  MT_CUDA_CHECK(cudaGetDevice(&device), "cuda: querying the current device");
+  const int device = ::mixtape::cuda::current_device();  // the launcher's DeviceGuard's: CUDA is not asked
   const int64_t blocks = (work + threads - 1) / threads;
   const int64_t fill = static_cast<int64_t>(::mixtape::cuda::multiprocessor_count(device)) * (2048 / threads);
   return static_cast<int>(std::max<int64_t>(1, std::min(blocks, fill)));

@@ -129,9 +129,11 @@ void synchronize() {
 void set_device(int device) {
   require_device(device, "cuda::set_device");
   MT_CUDA_CHECK(cudaSetDevice(device), "cuda::set_device(", device, ")");
+  detail::guarded_device() = -1;  // a live guard's device is no longer current: let CUDA say
 }
 
 int current_device() {
+  if (const int guarded = detail::guarded_device(); guarded >= 0) return guarded;
   require_available("cuda::current_device");
   int device = -1;
   MT_CUDA_CHECK(cudaGetDevice(&device), "cuda::current_device");

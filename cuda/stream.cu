@@ -31,6 +31,7 @@ std::atomic<int64_t> g_conv_column_limit{kConvColumnLimitAuto};
 /// `device`, or the current device for -1, checked against the visible devices.
 int resolve_device(int device, const char* op) {
   MT_CHECK(is_available(), op, ": CUDA is unavailable (", unavailable_reason(), ")");
+  if (device < 0) device = detail::guarded_device();
   if (device < 0) MT_CUDA_CHECK(cudaGetDevice(&device), op, ": querying the current device");
   MT_CHECK(device < device_count(), op, ": CUDA device index ", device, " is out of range (", device_count(),
            " device", device_count() == 1 ? "" : "s", " present)");
@@ -46,6 +47,11 @@ std::vector<Stream>& current_streams() {
 }  // namespace
 
 namespace detail {
+int& guarded_device() noexcept {
+  thread_local int device = -1;
+  return device;
+}
+
 void count_synchronization() noexcept { g_synchronizations.fetch_add(1, std::memory_order_relaxed); }
 void count_device_to_host_copy() noexcept { g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed); }
 void count_cluster_launch() noexcept { g_cluster_launches.fetch_add(1, std::memory_order_relaxed); }

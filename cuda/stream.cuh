@@ -26,25 +26,62 @@ inline cudaStream_t launch_stream(int device) { return cuda_stream(current_strea
 /// The same for the calling thread's current device (after a DeviceGuard has selected the tensor's).
 inline cudaStream_t launch_stream() { return cuda_stream(current_stream()); }
 
+namespace detail {
+/// The device the calling thread's innermost live DeviceGuard (or with_device_nothrow) made current; -1 while none
+/// is live, or where a switch failed: then only CUDA knows. Inside a guard, current_device(), the current stream and
+/// a nested guard for the same device ask CUDA nothing, where an eager op asked cudaGetDevice five times (~0.08 µs
+/// each on the H200's host: bench/RESULTS.md). mixtape switches devices only through these two, which keep it true;
+/// set_device, the one switch that outlives its call, forgets it.
+int& guarded_device() noexcept;
+}  // namespace detail
+
 /// Makes `device` current for a scope and restores the caller's device after, so that a call on cuda:1 leaves
-/// a thread that was working on cuda:0 where it was.
+/// a thread that was working on cuda:0 where it was. Inside a guard for the same device it asks CUDA nothing.
 class DeviceGuard {
  public:
   explicit DeviceGuard(Device device) : DeviceGuard(device.index) {}
-  explicit DeviceGuard(int device) : m_target(device) {
-    MT_CUDA_CHECK(cudaGetDevice(&m_previous), "cuda: querying the current device");
-    if (m_previous != m_target) MT_CUDA_CHECK(cudaSetDevice(m_target), "cuda: selecting cuda:", m_target);
+  explicit DeviceGuard(int device) : m_target(device), m_outer(detail::guarded_device()) {
+    if (m_outer == m_target) {
+      m_previous = m_target;
+    } else {
+      MT_CUDA_CHECK(cudaGetDevice(&m_previous), "cuda: querying the current device");
+      if (m_previous != m_target) MT_CUDA_CHECK(cudaSetDevice(m_target), "cuda: selecting cuda:", m_target);
+    }
+    detail::guarded_device() = m_target;
   }
   ~DeviceGuard() {
-    if (m_previous != m_target && cudaSetDevice(m_previous) != cudaSuccess) (void)cudaGetLastError();
+    if (m_previous != m_target && cudaSetDevice(m_previous) != cudaSuccess) {
+      (void)cudaGetLastError();
+      detail::guarded_device() = -1;  // m_target may still be current: let CUDA say
+      return;
+    }
+    detail::guarded_device() = m_outer;
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
   int m_target;
+  int m_outer;  // the enclosing guard's device, or -1
   int m_previous = -1;
 };
+
+/// Calls f() with `device` current and the caller's device current again after, as a DeviceGuard does, for code
+/// that must not throw (destructors, frees). Where CUDA cannot switch, f runs on the current device (its CUDA calls
+/// then fail, and it copes); CUDA's error state is cleared after.
+template <class F>
+void with_device_nothrow(int device, F&& f) noexcept {
+  int& guarded = detail::guarded_device();
+  const int outer = guarded;
+  int previous = outer;
+  const bool known = previous >= 0 || cudaGetDevice(&previous) == cudaSuccess;
+  const bool switched = known && previous != device && cudaSetDevice(device) == cudaSuccess;
+  guarded = known && (switched || previous == device) ? device : -1;
+  f();
+  const bool restored = !switched || cudaSetDevice(previous) == cudaSuccess;
+  guarded = restored ? outer : -1;
+  (void)cudaGetLastError();
+}
 
 /// Streaming multiprocessors of `device`, queried once per device (launch configurations ask on every launch).
 int multiprocessor_count(int device);
