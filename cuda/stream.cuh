@@ -41,7 +41,7 @@ class DeviceGuard {
  public:
   explicit DeviceGuard(Device device) : DeviceGuard(device.index) {}
   explicit DeviceGuard(int device) : m_target(device), m_outer(detail::guarded_device()) {
-    if (m_outer == m_target) {
+    if (m_target >= 0 && m_target == m_outer) {
       m_previous = m_target;
     } else {
       MT_CUDA_CHECK(cudaGetDevice(&m_previous), "cuda: querying the current device");
