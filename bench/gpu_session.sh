@@ -32,7 +32,9 @@
 # The seventh run (2026-11-30, 1800c66, a 900 s lease) took: start ~35 s, build 86 s, test 54, bench ~20, mnist 124
 # (seeds 0,1,2, --tf32), wide 17, memcheck of every gpu suite 98, racecheck of five suites 82, sass 5; three calls,
 # 788 s held. What it left: racecheck of test_ops, test_training, test_cuda_runtime, test_nn, test_inspect,
-# test_cuda_allocator and test_cuda_mlp, and a profile. Calls for a 900 s lease (each within seconds of the last):
+# test_cuda_allocator and test_cuda_mlp, and a profile. Since then a3cb7d4 (host code) takes four of the five
+# cudaGetDevice a launch asked: the bench step's bench_gpu_launch "add, no grad" row says what that saved (1.90 µs
+# over the bare launch in the seventh run, ~1.5 predicted). Calls for a 900 s lease (each within seconds of the last):
 #   cp ../shared/data/mnist/*.gz data/mnist/    # once, ignored; carry .deb and data/mnist
 #   BUDGET_S=330 TEST_TIMEOUT=120 MNIST_ARGS="--seeds 0,1,2 --conv-column-limit-mib 0 --tf32" \
 #     bash bench/gpu_session.sh build test bench mnist                                      (timeout_s 350)
