@@ -17,6 +17,12 @@
 // hence the Shared build.) It implements the runtime functions mixtape, Thrust/CUB's calls in it and nvcc's launch
 // stubs use, and reports itself as one H100-like device (sm_90, 132 SMs); a program calling another function fails
 // to load with an undefined symbol, which says what to add here.
+//
+// MIXTAPE_NULL_CUDART_DEVICES=N makes it N such devices (at most 8), with a current device per thread as CUDA's:
+// streams and events belong to the device current at their creation, and a launch, memset or event record on
+// another device's stream is counted as a mismatch (CUDA refuses those), which is how bench/null_devices.cpp checks
+// on a machine without GPUs that mixtape launches on a tensor's device and gives the caller back its own.
+// `mixtape_null_cudart_device_stats` (extern "C", found with dlsym) reads what happened on each device.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -53,6 +59,36 @@ Calls::Calls(const char* n) : name(n) {
 }
 
 const bool g_reporting = std::getenv("MIXTAPE_NULL_CUDART_REPORT") != nullptr;
+
+// ---- devices: how many, the calling thread's current one, what ran on each -------------------------------------
+
+constexpr int kMaxNullDevices = 8;
+const int g_devices = [] {
+  const char* v = std::getenv("MIXTAPE_NULL_CUDART_DEVICES");
+  const int n = v != nullptr ? std::atoi(v) : 1;
+  return n < 1 ? 1 : n > kMaxNullDevices ? kMaxNullDevices : n;
+}();
+thread_local int t_device = 0;
+
+struct DeviceStats {
+  std::atomic<long> launches{0};    // kernels launched while the device was current
+  std::atomic<long> mallocs{0};     // cudaMalloc calls while it was current
+  std::atomic<long> mismatches{0};  // work sent, while it was current, to a stream or event of another device
+};
+DeviceStats g_device_stats[kMaxNullDevices];
+
+/// Streams, events and graphs are heap ints holding the device current at their creation.
+int handle_device(const void* h) { return *static_cast<const int*>(h); }
+/// The device a stream's work runs on: the current device's for the default streams.
+int stream_device(cudaStream_t s) {
+  return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread ? t_device : handle_device(s);
+}
+/// Counts work on stream s while t_device is current; a stream of another device is a mismatch.
+void note_work(cudaStream_t s, bool launch) {
+  DeviceStats& d = g_device_stats[t_device];
+  if (launch) d.launches.fetch_add(1, std::memory_order_relaxed);
+  if (stream_device(s) != t_device) d.mismatches.fetch_add(1, std::memory_order_relaxed);
+}
 
 /// Kernels by their host stub (what a launch names): the device name nvcc registered, and launches when reporting.
 struct Kernel {
@@ -125,7 +161,7 @@ void* aligned(size_t bytes) { return std::aligned_alloc(256, (bytes + 255) / 256
 /// A handle (stream, event, graph) that is only ever compared and destroyed.
 template <class Handle>
 Handle new_handle() {
-  return reinterpret_cast<Handle>(new int(0));
+  return reinterpret_cast<Handle>(new int(t_device));
 }
 template <class Handle>
 void delete_handle(Handle h) {
@@ -166,23 +202,27 @@ cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* fn) {
   *kernel = reinterpret_cast<cudaKernel_t>(const_cast<void*>(fn));
   return cudaSuccess;
 }
-cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3, dim3, void**, size_t, cudaStream_t) {
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3, dim3, void**, size_t, cudaStream_t stream) {
   MT_NULL_COUNT("kernel launch (<<<...>>>)");
+  note_work(stream, true);
   count_launch(kernel);
   return cudaSuccess;
 }
-cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3, dim3, void**, size_t, cudaStream_t) {
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3, dim3, void**, size_t, cudaStream_t stream) {
   MT_NULL_COUNT("kernel launch (<<<...>>>, per-thread stream)");
+  note_work(stream, true);
   count_launch(kernel);
   return cudaSuccess;
 }
-cudaError_t cudaLaunchKernel(const void* stub, dim3, dim3, void**, size_t, cudaStream_t) {
+cudaError_t cudaLaunchKernel(const void* stub, dim3, dim3, void**, size_t, cudaStream_t stream) {
   MT_NULL_COUNT("cudaLaunchKernel");
+  note_work(stream, true);
   count_launch(stub);
   return cudaSuccess;
 }
-cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void* stub, void**) {
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* stub, void**) {
   MT_NULL_COUNT("cudaLaunchKernelExC");
+  note_work(config->stream, true);
   count_launch(stub);
   return cudaSuccess;
 }
@@ -195,15 +235,20 @@ const char* cudaGetErrorString(cudaError_t) { return "an error of the null CUDA 
 const char* cudaGetErrorName(cudaError_t) { return "cudaErrorNullRuntime"; }
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = g_devices;
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {
   MT_NULL_COUNT("cudaGetDevice");
-  *device = 0;
+  *device = t_device;
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int) MT_NULL_OK("cudaSetDevice")
+cudaError_t cudaSetDevice(int device) {
+  MT_NULL_COUNT("cudaSetDevice");
+  if (device < 0 || device >= g_devices) return cudaErrorInvalidDevice;
+  t_device = device;
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize(void) MT_NULL_OK("cudaDeviceSynchronize")
 cudaError_t cudaDriverGetVersion(int* version) {
   *version = CUDART_VERSION;
@@ -240,8 +285,9 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   p->concurrentKernels = 1;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   MT_NULL_COUNT("cudaDeviceGetAttribute");
+  if (device < 0 || device >= g_devices) return cudaErrorInvalidDevice;
   switch (attr) {
     case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
     case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
@@ -275,6 +321,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   MT_NULL_COUNT("cudaMalloc");
+  g_device_stats[t_device].mallocs.fetch_add(1, std::memory_order_relaxed);
   *p = aligned(bytes);
   return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
@@ -312,8 +359,9 @@ cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   std::memset(dst, value, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
   MT_NULL_COUNT("cudaMemsetAsync");
+  note_work(stream, false);
   std::memset(dst, value, bytes);
   return cudaSuccess;
 }
@@ -349,8 +397,12 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete_handle(e);
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) MT_NULL_OK("cudaEventRecord")
-cudaError_t cudaEventRecordWithFlags(cudaEvent_t, cudaStream_t, unsigned) MT_NULL_OK("cudaEventRecordWithFlags")
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  MT_NULL_COUNT("cudaEventRecord");
+  if (handle_device(e) != stream_device(s)) g_device_stats[t_device].mismatches.fetch_add(1, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned) { return cudaEventRecord(e, s); }
 cudaError_t cudaEventSynchronize(cudaEvent_t) MT_NULL_OK("cudaEventSynchronize")
 cudaError_t cudaEventQuery(cudaEvent_t) MT_NULL_OK("cudaEventQuery")
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
@@ -418,6 +470,19 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
   delete_handle(exec);
   return cudaSuccess;
+}
+
+// ---- not CUDA's: what bench/null_devices.cpp reads (by dlsym: on the real runtime it says it did not run) ----
+
+/// Kernels launched, cudaMalloc calls and mismatched work (see the top) while `device` was current, on any thread.
+/// False for a device this runtime does not have.
+bool mixtape_null_cudart_device_stats(int device, long* launches, long* mallocs, long* mismatches) {
+  if (device < 0 || device >= g_devices) return false;
+  const DeviceStats& d = g_device_stats[device];
+  *launches = d.launches.load();
+  *mallocs = d.mallocs.load();
+  *mismatches = d.mismatches.load();
+  return true;
 }
 
 }  // extern "C"
