@@ -41,8 +41,6 @@ bool vector_ok(const GemmOperand& op, int64_t batches, DType dtype) {
          (batches <= 1 || op.batch_stride % vec == 0);
 }
 
-int current_device() { return ::mixtape::cuda::current_device(); }  // the launcher's DeviceGuard's
-
 bool choose_large(int64_t m, int64_t n, int64_t batches, DType in_dtype, const GemmOperand& a,
                   const GemmOperand& b) {
   if (!vector_ok(a, batches, in_dtype) || !vector_ok(b, batches, in_dtype)) return false;
@@ -51,14 +49,14 @@ bool choose_large(int64_t m, int64_t n, int64_t batches, DType in_dtype, const G
   static_assert(gemm::LargeTile<__half>::BM == kBM && gemm::LargeTile<__half>::BN == kBN &&
                 gemm::LargeTile<float>::BM == kBM && gemm::LargeTile<float>::BN == kBN);
   const int64_t tiles = (m + kBM - 1) / kBM * ((n + kBN - 1) / kBN) * batches;
-  return tiles >= ::mixtape::cuda::multiprocessor_count(current_device());
+  return tiles >= ::mixtape::cuda::multiprocessor_count(::mixtape::cuda::current_device());
 }
 
 /// Whether the split-K small tile for these operands runs as clusters of `split` blocks here: clusters allowed
 /// (mixtape::cuda::set_allow_clusters), and gemm::split_k_runs (sm_90 code on the device, room for a cluster).
 bool split_runs(DType in_dtype, bool trans_a, bool trans_b, int split) {
   if (!::mixtape::cuda::allow_clusters()) return false;
-  if (::mixtape::cuda::compute_capability_major(current_device()) < 9) return false;
+  if (::mixtape::cuda::compute_capability_major(::mixtape::cuda::current_device()) < 9) return false;
   switch (in_dtype) {
     case DType::kF16: return gemm::split_k_runs<__half>(trans_a, trans_b, split);
     case DType::kBF16: return gemm::split_k_runs<__nv_bfloat16>(trans_a, trans_b, split);
@@ -79,7 +77,7 @@ int choose_split(int64_t m, int64_t n, int64_t k, int64_t batches, DType in_dtyp
   const int64_t tiles = (m + kBM - 1) / kBM * ((n + kBN - 1) / kBN) * batches;
   const int64_t bk = 64 / static_cast<int64_t>(itemsize(in_dtype));  // gemm::TileConfig::BK: 64 bytes of K
   const int64_t ktiles = (k + bk - 1) / bk;
-  const int64_t sms = ::mixtape::cuda::multiprocessor_count(current_device());
+  const int64_t sms = ::mixtape::cuda::multiprocessor_count(::mixtape::cuda::current_device());
   int split = 1;
   for (int s = 2; s <= gemm::kMaxSplitK; s *= 2)
     if (tiles * s <= sms && ktiles >= 2 * s && split_runs(in_dtype, trans_a, trans_b, s)) split = s;
