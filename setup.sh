@@ -5,7 +5,9 @@
 #                      epoch with build/examples/mnist (the GPU when there is one); extra arguments go to it
 #   ./setup.sh test    install dependencies (apt), build, run every test (GPU tests skip without a GPU), then
 #                      the CPU suite again under AddressSanitizer + UBSan (scripts/sanitize.sh, in BUILD_DIR-sanitize)
-#                      and each fuzz target for a minute (scripts/fuzz.sh, in BUILD_DIR-fuzz): what CI runs
+#                      and each fuzz target for a minute (scripts/fuzz.sh, in BUILD_DIR-fuzz), and where nvcc is
+#                      found the CUDA backend's host checks under a runtime that runs nothing
+#                      (scripts/null_runtime.sh, in BUILD_DIR-null-cudart): what CI runs
 #   ./setup.sh test-fast  the same build and tests, without the sanitizer build and the fuzzing
 #   ./setup.sh build   install dependencies and build only
 #   ./setup.sh deps    install dependencies only (those of `test` included)
@@ -49,11 +51,12 @@ run_tests() {
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
 }
 
-# The sanitizer build's CPU suite and a minute of each fuzz target: after the plain tests, so that a plain
-# failure is reported first and fast.
+# The sanitizer build's CPU suite, a minute of each fuzz target and the CUDA host checks under a runtime that runs
+# nothing: after the plain tests, so that a plain failure is reported first and fast.
 run_checks() {
   JOBS=$JOBS ./scripts/sanitize.sh "$BUILD_DIR-sanitize"
   JOBS=$JOBS ./scripts/fuzz.sh 60 "$BUILD_DIR-fuzz"
+  JOBS=$JOBS ./scripts/null_runtime.sh "$BUILD_DIR-null-cudart"
 }
 
 train() {

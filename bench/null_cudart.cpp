@@ -23,6 +23,9 @@
 // another device's stream is counted as a mismatch (CUDA refuses those), which is how bench/null_devices.cpp checks
 // on a machine without GPUs that mixtape launches on a tensor's device and gives the caller back its own.
 // `mixtape_null_cudart_device_stats` (extern "C", found with dlsym) reads what happened on each device.
+// MIXTAPE_NULL_CUDART_CAPABILITY="7.5" (or "7.5,9.0", one a device) gives the devices another compute capability
+// than the H100's 9.0, which is how bench/null_capability.cpp checks what mixtape does on GPUs its kernels were not
+// built for (a T4, a V100).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -69,6 +72,26 @@ const int g_devices = [] {
   return n < 1 ? 1 : n > kMaxNullDevices ? kMaxNullDevices : n;
 }();
 thread_local int t_device = 0;
+
+/// Each device's compute capability (major * 10 + minor): MIXTAPE_NULL_CUDART_CAPABILITY="7.5,9.0" gives device 0
+/// 7.5 and device 1 9.0, the last one given standing for the devices after it; 9.0 (an H100) when unset.
+struct Capabilities {
+  int of[kMaxNullDevices];
+  Capabilities() {
+    const char* v = std::getenv("MIXTAPE_NULL_CUDART_CAPABILITY");
+    int last = 90;
+    for (int d = 0; d < kMaxNullDevices; ++d) {
+      int major = 0, minor = 0, used = 0;
+      if (v != nullptr && *v != '\0' && std::sscanf(v, "%d.%d%n", &major, &minor, &used) == 2) {
+        last = major * 10 + minor;
+        v += used;
+        if (*v == ',') ++v;
+      }
+      of[d] = last;
+    }
+  }
+};
+const Capabilities g_capabilities;
 
 struct DeviceStats {
   std::atomic<long> launches{0};    // kernels launched while the device was current
@@ -259,12 +282,13 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
   return cudaSuccess;
 }
 
-cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   MT_NULL_COUNT("cudaGetDeviceProperties");
+  if (device < 0 || device >= g_devices) return cudaErrorInvalidDevice;
   std::memset(p, 0, sizeof *p);
-  std::snprintf(p->name, sizeof p->name, "null CUDA runtime (no kernel runs)");
-  p->major = 9;
-  p->minor = 0;
+  p->major = g_capabilities.of[device] / 10;
+  p->minor = g_capabilities.of[device] % 10;
+  std::snprintf(p->name, sizeof p->name, "null CUDA runtime sm_%d%d (no kernel runs)", p->major, p->minor);
   p->multiProcessorCount = 132;
   p->warpSize = 32;
   p->totalGlobalMem = size_t{80} << 30;
@@ -289,8 +313,8 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   MT_NULL_COUNT("cudaDeviceGetAttribute");
   if (device < 0 || device >= g_devices) return cudaErrorInvalidDevice;
   switch (attr) {
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = g_capabilities.of[device] / 10; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = g_capabilities.of[device] % 10; break;
     case cudaDevAttrMultiProcessorCount: *value = 132; break;
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = 48 << 10; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 227 << 10; break;

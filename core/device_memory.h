@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include <mixtape/core/device.h>
 
@@ -28,6 +29,9 @@ class DeviceMemory {
   /// Sets every element of `dst` (any strides) to `value` converted to its dtype.
   virtual void fill(const Tensor& dst, double value) = 0;
   virtual int device_count() const noexcept = 0;
+  /// Why tensors cannot live on `device`, an index below device_count(), or empty when they can (a GPU of a compute
+  /// capability mixtape's kernels were not built for cannot hold them: every op on them would fail).
+  virtual std::string unusable_reason(int device) const = 0;
   virtual void synchronize(int device) = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <string>
 #include <type_traits>
 
 #include <sys/mman.h>
@@ -154,6 +155,7 @@ class CpuMemory final : public DeviceMemory {
     copy(dst, raw::expand(v, dst.shape()));
   }
   int device_count() const noexcept override { return 1; }
+  std::string unusable_reason(int) const override { return {}; }
   void synchronize(int) override {}
 
   BlockCache cache;
@@ -186,6 +188,8 @@ DeviceMemory& device_memory(Device device) {
   MT_CHECK(count > 0, "device ", device, ": no CUDA device is available (no driver or no GPU)");
   MT_CHECK(device.index >= 0 && device.index < count, "device ", device, ": CUDA device index out of range (",
            count, " device", count == 1 ? "" : "s", " present)");
+  const std::string why = memory->unusable_reason(device.index);  // names the device and its capability
+  MT_CHECK(why.empty(), why);
   return *memory;
 }
 

@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime.h>
 #include <thrust/execution_policy.h>
@@ -37,6 +38,7 @@
 #include <mixtape/core/strided_loop.h>
 #include <mixtape/core/tensor.h>
 #include <mixtape/cuda/allocator.cuh>
+#include <mixtape/cuda/capability.h>
 #include <mixtape/cuda/check.h>
 #include <mixtape/cuda/launch.cuh>
 #include <mixtape/cuda/stream.cuh>
@@ -48,13 +50,18 @@ namespace {
 
 // ---- probing: is there a driver and a device? ------------------------------------------
 
+constexpr int kBuiltArchs[] = {__CUDA_ARCH_LIST__};  // nvcc's list of what these kernels were compiled for
+
 struct Probe {
-  int count = 0;                   // visible devices; 0 when the runtime could not start
+  int count = 0;                    // visible devices; 0 when the runtime could not start
   cudaError_t error = cudaSuccess;  // why, when it could not
+  int usable = 0;                   // visible devices mixtape's kernels run on (cuda/capability.h)
+  std::vector<std::string> unusable;  // per visible device: "cuda:0 (Tesla T4) has compute capability 7.5", or empty
 };
 
 /// Asks the runtime once per process: the set of visible devices is fixed when the runtime starts, and every
-/// Storage allocation asks (core's device_memory() checks the device index).
+/// Storage allocation asks (core's device_memory() checks the device index). The capabilities are device
+/// attributes: reading them makes no context on any device.
 const Probe& probe() noexcept {
   static const Probe p = [] {
     Probe r;
@@ -63,30 +70,54 @@ const Probe& probe() noexcept {
       r.count = 0;
       (void)cudaGetLastError();  // no driver / no device must not read as the failure of a later launch
     }
+    r.unusable.resize(static_cast<size_t>(r.count));
+    for (int d = 0; d < r.count; ++d) {
+      int major = 0, minor = 0;
+      if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess) {
+        (void)cudaGetLastError();
+        r.unusable[d] = "cuda:" + std::to_string(d) + " did not say its compute capability";
+        continue;
+      }
+      if (detail::kernels_run_on(major, minor, kBuiltArchs)) {
+        ++r.usable;
+        continue;
+      }
+      cudaDeviceProp props{};
+      const bool named = cudaGetDeviceProperties(&props, d) == cudaSuccess;
+      if (!named) (void)cudaGetLastError();
+      r.unusable[d] = detail::capability_of(d, named ? props.name : "a GPU", major, minor);
+    }
     return r;
   }();
   return p;
 }
 
 void require_available(const char* op) {
-  MT_CHECK(probe().count > 0, op, ": CUDA is unavailable (", unavailable_reason(), ")");
+  MT_CHECK(probe().usable > 0, op, ": CUDA is unavailable (", unavailable_reason(), ")");
 }
 
 void require_device(int device, const char* op) {
   require_available(op);
   MT_CHECK(device >= 0 && device < probe().count, op, ": CUDA device index ", device, " is out of range (",
            probe().count, " device", probe().count == 1 ? "" : "s", " present)");
+  MT_CHECK(probe().unusable[device].empty(), op, ": ", detail::unusable_reason(device));
 }
 
 }  // namespace
 
-bool is_available() noexcept { return probe().count > 0; }
+bool is_available() noexcept { return probe().usable > 0; }
 
 int device_count() noexcept { return probe().count; }
 
 std::string unavailable_reason() {
   const Probe& p = probe();
-  if (p.count > 0) return {};
+  if (p.usable > 0) return {};
+  if (p.count > 0) {  // devices, none of which runs the kernels
+    std::string devices;
+    for (const std::string& u : p.unusable) devices += (devices.empty() ? "" : ", ") + u;
+    return devices + "; " + detail::capability_needed(kBuiltArchs);
+  }
   switch (p.error) {
     case cudaSuccess:
     case cudaErrorNoDevice:
@@ -100,6 +131,12 @@ std::string unavailable_reason() {
       return std::string("the CUDA runtime failed to start: ") + cudaGetErrorName(p.error) + ": " +
              cudaGetErrorString(p.error);
   }
+}
+
+std::string detail::unusable_reason(int device) {
+  const Probe& p = probe();
+  if (device < 0 || device >= p.count || p.unusable[device].empty()) return {};
+  return p.unusable[device] + "; " + capability_needed(kBuiltArchs);
 }
 
 DeviceProperties device_properties(int device) {
@@ -371,6 +408,7 @@ class CudaMemory final : public DeviceMemory {
   void fill(const Tensor& dst, double value) override { fill_cuda(dst, value); }
 
   int device_count() const noexcept override { return probe().count; }
+  std::string unusable_reason(int device) const override { return detail::unusable_reason(device); }
 
   void synchronize(int device) override {
     require_device(device, "cuda synchronize");

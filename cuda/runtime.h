@@ -20,14 +20,19 @@
 
 namespace mixtape::cuda {
 
-/// True when mixtape was built with CUDA, a driver is loaded and at least one device is visible. Never throws.
+/// True when mixtape was built with CUDA, a driver is loaded and at least one visible device runs mixtape's
+/// kernels: a compute capability of at least the lowest architecture built, 8.0 for the default build (sm_80 and
+/// sm_90, each with its PTX), so not a T4 (7.5) or a V100 (7.0). Never throws.
 bool is_available() noexcept;
 
-/// Number of visible CUDA devices; 0 without CUDA, without a driver or without a device. Never throws.
+/// Number of visible CUDA devices, numbered as CUDA numbers them, those the kernels do not run on included; 0
+/// without CUDA, without a driver or without a device. Never throws.
 int device_count() noexcept;
 
 /// Why `is_available()` is false, e.g. "mixtape was built without CUDA", "no usable CUDA driver: ...",
-/// "no CUDA device"; empty when CUDA is available. Never throws.
+/// "no CUDA device", "cuda:0 (Tesla T4) has compute capability 7.5; mixtape's CUDA kernels need compute capability
+/// 8.0 or newer (this build has sm_80, sm_90)"; empty when CUDA is available. A device the kernels do not run on
+/// beside one they run on is refused by name where it is asked for (a tensor on it, set_device, a stream).
 std::string unavailable_reason();
 
 /// What kernels and their launchers tune for.

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -28,19 +30,22 @@ std::atomic<int64_t> g_cluster_launches{0};
 std::atomic<bool> g_allow_clusters{true};
 std::atomic<int64_t> g_conv_column_limit{kConvColumnLimitAuto};
 
-/// `device`, or the current device for -1, checked against the visible devices.
+/// `device`, or the current device for -1, checked against the visible devices and the ones the kernels run on.
 int resolve_device(int device, const char* op) {
   MT_CHECK(is_available(), op, ": CUDA is unavailable (", unavailable_reason(), ")");
   if (device < 0) device = detail::guarded_device();
   if (device < 0) MT_CUDA_CHECK(cudaGetDevice(&device), op, ": querying the current device");
   MT_CHECK(device < device_count(), op, ": CUDA device index ", device, " is out of range (", device_count(),
            " device", device_count() == 1 ? "" : "s", " present)");
+  const std::string why = detail::unusable_reason(device);  // empty, without allocating, where the kernels run
+  MT_CHECK(why.empty(), op, ": ", why);
   return device;
 }
 
-/// The calling thread's current stream per device; grown on first use of a device.
-std::vector<Stream>& current_streams() {
-  thread_local std::vector<Stream> streams;
+/// The calling thread's current stream per device, set on first use of a device (only then: the devices below it
+/// may be ones the kernels do not run on, which have no stream to give).
+std::vector<std::optional<Stream>>& current_streams() {
+  thread_local std::vector<std::optional<Stream>> streams;
   return streams;
 }
 
@@ -177,11 +182,11 @@ void Stream::synchronize() const {
 
 Stream current_stream(int device) {
   device = resolve_device(device, "cuda::current_stream");
-  std::vector<Stream>& streams = current_streams();
-  if (static_cast<size_t>(device) >= streams.size()) {
-    for (int d = static_cast<int>(streams.size()); d <= device; ++d) streams.push_back(Stream::legacy_default(d));
-  }
-  return streams[static_cast<size_t>(device)];
+  std::vector<std::optional<Stream>>& streams = current_streams();
+  if (static_cast<size_t>(device) >= streams.size()) streams.resize(static_cast<size_t>(device) + 1);
+  std::optional<Stream>& stream = streams[static_cast<size_t>(device)];
+  if (!stream) stream = Stream::legacy_default(device);
+  return *stream;
 }
 
 void set_current_stream(const Stream& stream) {

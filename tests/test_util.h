@@ -22,11 +22,12 @@
 
 namespace mixtape::test {
 
-/// Boost.Test precondition for `gpu` cases: skipped, with a message, when no CUDA device is present.
+/// Boost.Test precondition for `gpu` cases: skipped, with a message, when CUDA is unavailable (no device, or none
+/// the kernels run on).
 struct cuda_available {
   boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
     boost::test_tools::assertion_result r(mixtape::cuda::is_available());
-    if (!r) r.message() << "no CUDA device available (" << mixtape::cuda::unavailable_reason() << "): skipping GPU test";
+    if (!r) r.message() << "CUDA is unavailable (" << mixtape::cuda::unavailable_reason() << "): skipping GPU test";
     return r;
   }
 };

@@ -359,6 +359,8 @@ int run(const Options& opt) {
   if (opt.device == "cuda" || (opt.device == "auto" && mt::cuda::is_available())) {
     if (!mt::cuda::is_available()) throw UsageError("--device cuda: " + mt::cuda::unavailable_reason());
     device = mt::Device::cuda();
+  } else if (opt.device == "auto" && mt::cuda::device_count() > 0) {  // GPUs, none of which the kernels run on
+    std::cerr << "mnist: " << mt::cuda::unavailable_reason() << ": training on the CPU\n";
   }
   const std::string device_name = device.is_cuda() ? "cuda (" + mt::cuda::device_properties(0).name + ")" : "cpu";
   if (!opt.plot.empty() && !have_gnuplot())
@@ -588,7 +590,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mlp", "cnn"}));
   app.add_option("--precision", opt.precision, "fp32; fp16 (autocast + loss scaling); bf16 (autocast)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
-  app.add_option("--device", opt.device, "auto (CUDA when there is a GPU), cpu or cuda")
+  app.add_option("--device", opt.device,
+                 "auto (CUDA when there is a GPU the kernels run on: compute capability 8.0 or newer), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--epochs", opt.epochs, "epochs to train")->check(positive);
   app.add_option("--batch-size", opt.batch_size, "training batch size")->check(positive);
