@@ -6,14 +6,18 @@
 // capability once (cuda/capability.h) and says it before: `is_available()` is false when no device qualifies, and
 // `unavailable_reason()` names the devices and what the kernels need (so `--device auto` trains on the CPU and the
 // gpu tests report themselves skipped with that line); a device that does not qualify beside one that does is
-// refused where it is asked for (a tensor on it, set_device, device_properties, a stream). This program checks all
-// of that for the capabilities the null runtime is given, one a device:
+// refused where it is asked for (a tensor on it, set_device, device_properties, a stream). On the devices that
+// qualify, what runs must fit each one's limits, which the null runtime models (an RTX 3090's for 8.6, an A100's
+// for 8.0 ...): a large matmul may not ask an RTX card for the 136 KB of shared memory a block the GEMM's large tile
+// takes on an A100 or an H100. This program checks all of that for the capabilities the null runtime is given, one
+// a device:
 //
 //   cmake -S . -B build-null -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA_RUNTIME=Shared
 //   cmake --build build-null --target bench_null_capability null_cudart
 //   export LD_LIBRARY_PATH=build-null/bench/null_cudart
 //   MIXTAPE_NULL_CUDART_CAPABILITY=7.5 build-null/bench/bench_null_capability                 # a T4 alone
 //   MIXTAPE_NULL_CUDART_DEVICES=3 MIXTAPE_NULL_CUDART_CAPABILITY=7.0,8.6,9.0 build-null/bench/bench_null_capability
+//   MIXTAPE_NULL_CUDART_DEVICES=3 MIXTAPE_NULL_CUDART_CAPABILITY=8.0,8.9,12.0 build-null/bench/bench_null_capability
 //
 // Exit status 0 when every check held, 1 when one failed, 2 when not run under the null runtime.
 #include <dlfcn.h>
@@ -83,6 +87,8 @@ int main() {
                 "-DMIXTAPE_CUDA_RUNTIME=Shared build, LD_LIBRARY_PATH): not run\n");
     return 2;
   }
+  using RefusedFn = long (*)(int device);
+  const auto refused_on = reinterpret_cast<RefusedFn>(dlsym(RTLD_DEFAULT, "mixtape_null_cudart_refused"));
   long devices_seen = 0, unused = 0;
   while (devices_seen < 8 && stats(static_cast<int>(devices_seen), &unused, &unused, &unused)) ++devices_seen;
   const int devices = static_cast<int>(devices_seen);
@@ -131,8 +137,20 @@ int main() {
         const mt::Tensor a = mt::randn({8, 16}).to(dev).requires_grad_(true);
         mt::sum(mt::softmax(a + mt::ones({8, 16}, dev), 1)).backward();
       });
+      // Enough 128 x 256 tiles to fill every SM, which asks for the GEMM's large tile: its 136 KB of shared memory
+      // fit an A100's or an H100's block, not an RTX card's 99 KB (8.6, 8.9, 12.0), where the small tile must run.
+      for (const mt::DType t : {mt::kF16, mt::kBF16}) {
+        refused_unless(true, tag + ": a matmul of 256 tiles in " + mt::dtype_name(t), {}, [&] {
+          const mt::Tensor x = mt::zeros({2048, 256}, mt::TensorOptions(t).device(dev));
+          const mt::Tensor w = mt::zeros({256, 4096}, mt::TensorOptions(t).device(dev));
+          (void)mt::matmul(x, w);
+        });
+      }
       stats(d, &after, &unused, &unused);
       expect(after > before, tag + ": " + std::to_string(after - before) + " kernels launched there");
+      const long refused = refused_on != nullptr ? refused_on(d) : -1;
+      expect(refused == 0, tag + ": " + std::to_string(refused) + " launches refused by the device's limits (block "
+                                 "and grid shapes, shared memory, clusters)");
     }
   }
   if (!any) {

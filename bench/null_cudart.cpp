@@ -15,8 +15,8 @@
 //
 // (A default build links CUDA's runtime statically into libmixtape.so, where no other library can stand in for it:
 // hence the Shared build.) It implements the runtime functions mixtape, Thrust/CUB's calls in it and nvcc's launch
-// stubs use, and reports itself as one H100-like device (sm_90, 132 SMs); a program calling another function fails
-// to load with an undefined symbol, which says what to add here.
+// stubs use, and reports itself as one H100 (sm_90, 132 SMs) unless told otherwise; a program calling another
+// function fails to load with an undefined symbol, which says what to add here.
 //
 // MIXTAPE_NULL_CUDART_DEVICES=N makes it N such devices (at most 8), with a current device per thread as CUDA's:
 // streams and events belong to the device current at their creation, and a launch, memset or event record on
@@ -24,8 +24,15 @@
 // on a machine without GPUs that mixtape launches on a tensor's device and gives the caller back its own.
 // `mixtape_null_cudart_device_stats` (extern "C", found with dlsym) reads what happened on each device.
 // MIXTAPE_NULL_CUDART_CAPABILITY="7.5" (or "7.5,9.0", one a device) gives the devices another compute capability
-// than the H100's 9.0, which is how bench/null_capability.cpp checks what mixtape does on GPUs its kernels were not
-// built for (a T4, a V100).
+// than the H100's 9.0, with the limits of one product of it (kModels: an A100 for 8.0, an RTX 3090 for 8.6, an
+// RTX 4090 for 8.9, a B200 for 10.0, an RTX 5090 for 12.0; SMs, shared memory a block may opt in to, threads and
+// blocks a multiprocessor, clusters only from 9.0). Every launch is then checked as CUDA checks it before it runs:
+// the block's and the grid's shape, the dynamic shared memory against the kernel's limit (48 KiB until
+// cudaFuncSetAttribute raises it, never past the device's opt-in), clusters where the device has them. A refusal
+// is said on stderr, counted (`mixtape_null_cudart_refused`), returned and left for cudaGetLastError as CUDA's
+// launch errors are. That is how a machine without a GPU checks that mixtape launches nothing a GPU it was never
+// run on (an RTX 4090's 99 KiB of shared memory a block, an A100 without clusters) would refuse, and how
+// bench/null_capability.cpp checks what it does on GPUs its kernels were not built for (a T4, a V100).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -93,10 +100,42 @@ struct Capabilities {
 };
 const Capabilities g_capabilities;
 
+/// What one product of each compute capability reports and allows (CUDA's published limits): a device is modelled on
+/// the entry of the highest capability not above its own.
+struct DeviceModel {
+  int capability;  // major * 10 + minor
+  const char* product;
+  int multiprocessors;
+  int smem_optin;   // bytes of shared memory a block may opt in to
+  int smem_per_sm;  // bytes of shared memory a multiprocessor has
+  int threads_per_sm;
+  int blocks_per_sm;
+  int l2_bytes;
+  int memory_gib;
+  bool clusters;  // thread-block clusters: sm_90 and newer
+};
+constexpr DeviceModel kModels[] = {
+    {70, "V100", 80, 96 << 10, 96 << 10, 2048, 32, 6 << 20, 16, false},
+    {75, "T4", 40, 64 << 10, 64 << 10, 1024, 16, 4 << 20, 16, false},
+    {80, "A100", 108, 163 << 10, 164 << 10, 2048, 32, 40 << 20, 80, false},
+    {86, "RTX 3090", 82, 99 << 10, 100 << 10, 1536, 16, 6 << 20, 24, false},
+    {89, "RTX 4090", 128, 99 << 10, 100 << 10, 1536, 24, 72 << 20, 24, false},
+    {90, "H100", 132, 227 << 10, 228 << 10, 2048, 32, 50 << 20, 80, true},
+    {100, "B200", 148, 227 << 10, 228 << 10, 2048, 32, 126 << 20, 180, true},
+    {120, "RTX 5090", 170, 99 << 10, 100 << 10, 1536, 32, 96 << 20, 32, true},
+};
+const DeviceModel& model_of(int device) {
+  const DeviceModel* m = &kModels[0];
+  for (const DeviceModel& candidate : kModels)
+    if (candidate.capability <= g_capabilities.of[device]) m = &candidate;
+  return *m;
+}
+
 struct DeviceStats {
   std::atomic<long> launches{0};    // kernels launched while the device was current
   std::atomic<long> mallocs{0};     // cudaMalloc calls while it was current
   std::atomic<long> mismatches{0};  // work sent, while it was current, to a stream or event of another device
+  std::atomic<long> refused{0};     // launches and kernel attributes the device's limits refuse (check_launch)
 };
 DeviceStats g_device_stats[kMaxNullDevices];
 
@@ -129,6 +168,59 @@ void count_launch(const void* stub) {
   ++kernels()[stub].launches;
 }
 
+std::string demangled(const std::string& name);
+
+/// The error a refused launch leaves for the next cudaGetLastError, as CUDA's launches do.
+thread_local cudaError_t t_last_error = cudaSuccess;
+
+/// Each kernel's limit of dynamic shared memory per device, as cudaFuncSetAttribute left it (48 KiB until raised:
+/// a null kernel has no static shared memory).
+std::mutex g_limits_mutex;
+std::map<std::pair<const void*, int>, int>& smem_limits() {
+  static auto* m = new std::map<std::pair<const void*, int>, int>;
+  return *m;
+}
+int smem_limit(const void* stub, int device) {
+  std::lock_guard<std::mutex> lock(g_limits_mutex);
+  const auto it = smem_limits().find({stub, device});
+  return it == smem_limits().end() ? 48 << 10 : it->second;
+}
+
+/// Records what the current device refuses: counted, said on stderr (the first 20), left for cudaGetLastError.
+cudaError_t refuse(const void* stub, cudaError_t error, const std::string& why) {
+  static std::atomic<int> said{0};
+  g_device_stats[t_device].refused.fetch_add(1, std::memory_order_relaxed);
+  if (said.fetch_add(1) < 20) {
+    std::string name;
+    {
+      std::lock_guard<std::mutex> lock(g_kernels_mutex);
+      name = demangled(kernels()[stub].name);
+    }
+    std::fprintf(stderr, "null_cudart: refused on cuda:%d (sm_%d, %s limits): %s: %s\n", t_device,
+                 g_capabilities.of[t_device], model_of(t_device).product, name.c_str(), why.c_str());
+  }
+  t_last_error = error;
+  return error;
+}
+
+/// What CUDA checks of a launch before it runs: the block's shape, the grid's, the dynamic shared memory against
+/// the kernel's limit, and clusters only where the device has them.
+cudaError_t check_launch(const void* stub, dim3 grid, dim3 block, size_t smem, unsigned cluster) {
+  const unsigned long threads = static_cast<unsigned long>(block.x) * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.z > 64)
+    return refuse(stub, cudaErrorInvalidConfiguration, "a block of " + std::to_string(threads) + " threads");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
+    return refuse(stub, cudaErrorInvalidConfiguration, "a grid of " + std::to_string(grid.x) + " x " +
+                                                           std::to_string(grid.y) + " x " + std::to_string(grid.z));
+  const int limit = smem_limit(stub, t_device);
+  if (smem > static_cast<size_t>(limit))
+    return refuse(stub, cudaErrorInvalidValue, std::to_string(smem) + " bytes of dynamic shared memory, over the "
+                                                   "kernel's limit of " + std::to_string(limit));
+  if (cluster > 1 && !model_of(t_device).clusters)
+    return refuse(stub, cudaErrorInvalidValue, "clusters of " + std::to_string(cluster) + " blocks");
+  return cudaSuccess;
+}
+
 std::string demangled(const std::string& name) {
   int status = 0;
   char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
@@ -157,6 +249,15 @@ struct Report {
     for (const Kernel* k : launched) std::fprintf(stderr, "%12ld %s\n", k->launches, demangled(k->name).c_str());
   }
 } g_report;
+
+/// Said at exit whether or not reporting: launches or kernel attributes a device's limits refused (check_launch).
+struct RefusedReport {
+  ~RefusedReport() {
+    long refused = 0;
+    for (const DeviceStats& d : g_device_stats) refused += d.refused.load();
+    if (refused > 0) std::fprintf(stderr, "null_cudart: %ld launches or kernel attributes refused\n", refused);
+  }
+} g_refused_report;
 
 /// Counts a call of the function it stands in (one Calls a function, registered on its first call).
 #define MT_NULL_COUNT(name) \
@@ -225,26 +326,39 @@ cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* fn) {
   *kernel = reinterpret_cast<cudaKernel_t>(const_cast<void*>(fn));
   return cudaSuccess;
 }
-cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3, dim3, void**, size_t, cudaStream_t stream) {
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void**, size_t smem, cudaStream_t stream) {
   MT_NULL_COUNT("kernel launch (<<<...>>>)");
+  if (const cudaError_t e = check_launch(kernel, grid, block, smem, 1); e != cudaSuccess) return e;
   note_work(stream, true);
   count_launch(kernel);
   return cudaSuccess;
 }
-cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3, dim3, void**, size_t, cudaStream_t stream) {
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 grid, dim3 block, void**, size_t smem,
+                                    cudaStream_t stream) {
   MT_NULL_COUNT("kernel launch (<<<...>>>, per-thread stream)");
+  if (const cudaError_t e = check_launch(kernel, grid, block, smem, 1); e != cudaSuccess) return e;
   note_work(stream, true);
   count_launch(kernel);
   return cudaSuccess;
 }
-cudaError_t cudaLaunchKernel(const void* stub, dim3, dim3, void**, size_t, cudaStream_t stream) {
+cudaError_t cudaLaunchKernel(const void* stub, dim3 grid, dim3 block, void**, size_t smem, cudaStream_t stream) {
   MT_NULL_COUNT("cudaLaunchKernel");
+  if (const cudaError_t e = check_launch(stub, grid, block, smem, 1); e != cudaSuccess) return e;
   note_work(stream, true);
   count_launch(stub);
   return cudaSuccess;
 }
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* stub, void**) {
   MT_NULL_COUNT("cudaLaunchKernelExC");
+  unsigned cluster = 1;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    const cudaLaunchAttribute& a = config->attrs[i];
+    if (a.id == cudaLaunchAttributeClusterDimension)
+      cluster = a.val.clusterDim.x * a.val.clusterDim.y * a.val.clusterDim.z;
+  }
+  if (const cudaError_t e = check_launch(stub, config->gridDim, config->blockDim, config->dynamicSmemBytes, cluster);
+      e != cudaSuccess)
+    return e;
   note_work(config->stream, true);
   count_launch(stub);
   return cudaSuccess;
@@ -252,8 +366,16 @@ cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* st
 
 // ---- errors and the device ----
 
-cudaError_t cudaGetLastError(void) MT_NULL_OK("cudaGetLastError")
-cudaError_t cudaPeekAtLastError(void) MT_NULL_OK("cudaPeekAtLastError")
+cudaError_t cudaGetLastError(void) {
+  MT_NULL_COUNT("cudaGetLastError");
+  const cudaError_t e = t_last_error;
+  t_last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError(void) {
+  MT_NULL_COUNT("cudaPeekAtLastError");
+  return t_last_error;
+}
 const char* cudaGetErrorString(cudaError_t) { return "an error of the null CUDA runtime (bench/null_cudart.cpp)"; }
 const char* cudaGetErrorName(cudaError_t) { return "cudaErrorNullRuntime"; }
 
@@ -285,53 +407,58 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   MT_NULL_COUNT("cudaGetDeviceProperties");
   if (device < 0 || device >= g_devices) return cudaErrorInvalidDevice;
+  const DeviceModel& m = model_of(device);
   std::memset(p, 0, sizeof *p);
   p->major = g_capabilities.of[device] / 10;
   p->minor = g_capabilities.of[device] % 10;
-  std::snprintf(p->name, sizeof p->name, "null CUDA runtime sm_%d%d (no kernel runs)", p->major, p->minor);
-  p->multiProcessorCount = 132;
+  std::snprintf(p->name, sizeof p->name, "null CUDA runtime sm_%d%d (%s limits; no kernel runs)", p->major, p->minor,
+                m.product);
+  p->multiProcessorCount = m.multiprocessors;
   p->warpSize = 32;
-  p->totalGlobalMem = size_t{80} << 30;
+  p->totalGlobalMem = size_t{static_cast<size_t>(m.memory_gib)} << 30;
   p->sharedMemPerBlock = 48 << 10;
-  p->sharedMemPerBlockOptin = 227 << 10;
-  p->sharedMemPerMultiprocessor = 228 << 10;
+  p->sharedMemPerBlockOptin = static_cast<size_t>(m.smem_optin);
+  p->sharedMemPerMultiprocessor = static_cast<size_t>(m.smem_per_sm);
   p->regsPerBlock = p->regsPerMultiprocessor = 65536;
   p->maxThreadsPerBlock = 1024;
-  p->maxThreadsPerMultiProcessor = 2048;
-  p->maxBlocksPerMultiProcessor = 32;
-  p->l2CacheSize = 50 << 20;
+  p->maxThreadsPerMultiProcessor = m.threads_per_sm;
+  p->maxBlocksPerMultiProcessor = m.blocks_per_sm;
+  p->l2CacheSize = m.l2_bytes;
   p->maxGridSize[0] = 2147483647;
   p->maxGridSize[1] = p->maxGridSize[2] = 65535;
   p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
   p->maxThreadsDim[2] = 64;
   p->memoryBusWidth = 5120;
-  p->clusterLaunch = 1;
+  p->clusterLaunch = m.clusters ? 1 : 0;
   p->concurrentKernels = 1;
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   MT_NULL_COUNT("cudaDeviceGetAttribute");
   if (device < 0 || device >= g_devices) return cudaErrorInvalidDevice;
+  const DeviceModel& m = model_of(device);
   switch (attr) {
     case cudaDevAttrComputeCapabilityMajor: *value = g_capabilities.of[device] / 10; break;
     case cudaDevAttrComputeCapabilityMinor: *value = g_capabilities.of[device] % 10; break;
-    case cudaDevAttrMultiProcessorCount: *value = 132; break;
+    case cudaDevAttrMultiProcessorCount: *value = m.multiprocessors; break;
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = 48 << 10; break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 227 << 10; break;
-    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = 228 << 10; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = m.smem_optin; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = m.smem_per_sm; break;
     case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
-    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = 2048; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = m.threads_per_sm; break;
+    case cudaDevAttrMaxBlocksPerMultiprocessor: *value = m.blocks_per_sm; break;
     case cudaDevAttrWarpSize: *value = 32; break;
     case cudaDevAttrMaxRegistersPerBlock:
     case cudaDevAttrMaxRegistersPerMultiprocessor: *value = 65536; break;
-    case cudaDevAttrL2CacheSize: *value = 50 << 20; break;
+    case cudaDevAttrL2CacheSize: *value = m.l2_bytes; break;
     case cudaDevAttrMaxGridDimX: *value = 2147483647; break;
     case cudaDevAttrMaxGridDimY:
     case cudaDevAttrMaxGridDimZ: *value = 65535; break;
     case cudaDevAttrMaxBlockDimX:
     case cudaDevAttrMaxBlockDimY: *value = 1024; break;
     case cudaDevAttrMaxBlockDimZ: *value = 64; break;
-    default: *value = 1; break;  // the yes/no capabilities: yes
+    case cudaDevAttrClusterLaunch: *value = m.clusters ? 1 : 0; break;
+    default: *value = 1; break;  // the other yes/no capabilities: yes
   }
   return cudaSuccess;
 }
@@ -434,18 +561,30 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
   return cudaSuccess;
 }
 
-// ---- kernels' attributes and occupancy: an sm_90 kernel that fits ----
+// ---- kernels' attributes and occupancy: a kernel built for sm_80 and sm_90, each with its PTX ----
 
-cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void*) {
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void* stub) {
   MT_NULL_COUNT("cudaFuncGetAttributes");
   std::memset(a, 0, sizeof *a);
+  const int capability = g_capabilities.of[t_device];
   a->numRegs = 64;
-  a->ptxVersion = a->binaryVersion = 90;
+  a->ptxVersion = capability >= 90 ? 90 : 80;  // the image the device runs: sm_80's on 8.x, sm_90's PTX beyond 9.0
+  a->binaryVersion = capability >= 90 && capability < 100 ? 90 : capability >= 100 ? capability : 80;
   a->maxThreadsPerBlock = 1024;
-  a->maxDynamicSharedSizeBytes = 227 << 10;
+  a->maxDynamicSharedSizeBytes = smem_limit(stub, t_device);
   return cudaSuccess;
 }
-cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) MT_NULL_OK("cudaFuncSetAttribute")
+cudaError_t cudaFuncSetAttribute(const void* stub, cudaFuncAttribute attr, int value) {
+  MT_NULL_COUNT("cudaFuncSetAttribute");
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+  if (value < 0 || value > model_of(t_device).smem_optin)
+    return refuse(stub, cudaErrorInvalidValue, "a limit of " + std::to_string(value) + " bytes of dynamic shared "
+                                               "memory, over the " + std::to_string(model_of(t_device).smem_optin) +
+                                               " a block may opt in to");
+  std::lock_guard<std::mutex> lock(g_limits_mutex);
+  smem_limits()[{stub, t_device}] = value;
+  return cudaSuccess;
+}
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void*, int, size_t) {
   MT_NULL_COUNT("cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   *blocks = 2;
@@ -458,8 +597,8 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, 
 }
 cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, const void*, const cudaLaunchConfig_t*) {
   MT_NULL_COUNT("cudaOccupancyMaxActiveClusters");
-  *clusters = 8;
-  return cudaSuccess;
+  *clusters = model_of(t_device).clusters ? 8 : 0;
+  return model_of(t_device).clusters ? cudaSuccess : cudaErrorNotSupported;
 }
 
 // ---- graphs: a capture records nothing, a replay runs nothing ----
@@ -500,6 +639,12 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
 
 /// Kernels launched, cudaMalloc calls and mismatched work (see the top) while `device` was current, on any thread.
 /// False for a device this runtime does not have.
+/// Launches and kernel attributes refused on `device` by its limits (check_launch); -1 for no such device.
+long mixtape_null_cudart_refused(int device) {
+  if (device < 0 || device >= g_devices) return -1;
+  return g_device_stats[device].refused.load();
+}
+
 bool mixtape_null_cudart_device_stats(int device, long* launches, long* mallocs, long* mismatches) {
   if (device < 0 || device >= g_devices) return false;
   const DeviceStats& d = g_device_stats[device];

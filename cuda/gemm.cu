@@ -41,6 +41,16 @@ bool vector_ok(const GemmOperand& op, int64_t batches, DType dtype) {
          (batches <= 1 || op.batch_stride % vec == 0);
 }
 
+/// Whether the large tile's 136 KB of shared memory fit a block of the current device: sm_80's 163 KB and sm_90's
+/// 227 do, the RTX cards' 99 (sm_86, sm_89, sm_120) do not, and there the small tile runs.
+bool large_fits(DType in_dtype, bool trans_a, bool trans_b) {
+  switch (in_dtype) {
+    case DType::kF16: return gemm::large_tile_fits<__half>(trans_a, trans_b);
+    case DType::kBF16: return gemm::large_tile_fits<__nv_bfloat16>(trans_a, trans_b);
+    default: return gemm::large_tile_fits<float>(trans_a, trans_b);
+  }
+}
+
 bool choose_large(int64_t m, int64_t n, int64_t batches, DType in_dtype, const GemmOperand& a,
                   const GemmOperand& b) {
   if (!vector_ok(a, batches, in_dtype) || !vector_ok(b, batches, in_dtype)) return false;
@@ -49,7 +59,8 @@ bool choose_large(int64_t m, int64_t n, int64_t batches, DType in_dtype, const G
   static_assert(gemm::LargeTile<__half>::BM == kBM && gemm::LargeTile<__half>::BN == kBN &&
                 gemm::LargeTile<float>::BM == kBM && gemm::LargeTile<float>::BN == kBN);
   const int64_t tiles = (m + kBM - 1) / kBM * ((n + kBN - 1) / kBN) * batches;
-  return tiles >= ::mixtape::cuda::multiprocessor_count(::mixtape::cuda::current_device());
+  return tiles >= ::mixtape::cuda::multiprocessor_count(::mixtape::cuda::current_device()) &&
+         large_fits(in_dtype, a.trans, b.trans);
 }
 
 /// Whether the split-K small tile for these operands runs as clusters of `split` blocks here: clusters allowed
@@ -163,7 +174,8 @@ void gemm_tensor_core(int64_t m, int64_t n, int64_t k, int64_t batches, DType in
   p.vec_a = k > 0 && vector_ok(a, batches, in_dtype);
   p.vec_b = k > 0 && vector_ok(b, batches, in_dtype);
   const bool large = p.vec_a && p.vec_b &&
-                     (tile == GemmTile::kLarge || (tile == GemmTile::kAuto && choose_large(m, n, batches, in_dtype, a, b)));
+                     ((tile == GemmTile::kLarge && large_fits(in_dtype, a.trans, b.trans)) ||
+                      (tile == GemmTile::kAuto && choose_large(m, n, batches, in_dtype, a, b)));
   int split = 1;
   if (!large) {
     if (tile == GemmTile::kAuto) split = choose_split(m, n, k, batches, in_dtype, a.trans, b.trans);

@@ -48,13 +48,15 @@ struct GemmEpilogue {
   bool relu = false;              // max(x + bias, 0)
 };
 
-/// Which block tile runs. kAuto picks by shape: the large tile when its tiles fill every SM at least once and
-/// every operand allows 16-byte copies; else the small one, and on sm_90 and newer, when the small tiles leave
+/// Which block tile runs. kAuto picks by shape: the large tile when its tiles fill every SM at least once, every
+/// operand allows 16-byte copies and its 136 KB of shared memory fit a block (sm_80, sm_90 and sm_100, not the RTX
+/// cards' 99 KB: sm_86, sm_89, sm_120); else the small one, and on sm_90 and newer, when the small tiles leave
 /// most SMs idle and K is long (the MNIST layers: 128 × 512 × 784 is 16 tiles), the small tile with K split
 /// over a thread-block cluster of 2, 4 or 8 blocks, whose partial sums meet in distributed shared memory and
 /// are added in rank order (deterministic; no workspace, one launch). The others force a choice, for tests
-/// and the benchmark: a forced kLarge on operands that are not 16-byte aligned runs the small tile, a forced
-/// split where clusters cannot run (before sm_90, a build without sm_90 code, no room) the small tile unsplit.
+/// and the benchmark: a forced kLarge on operands that are not 16-byte aligned, or on a device whose blocks it does
+/// not fit, runs the small tile, a forced split where clusters cannot run (before sm_90, a build without sm_90 code,
+/// no room) the small tile unsplit.
 enum class GemmTile : uint8_t { kAuto, kLarge, kSmall, kSplitK2, kSplitK4, kSplitK8 };
 
 /// "auto", "large", "small", "small, K split 2" …: for messages and the benchmark's report.

@@ -471,12 +471,18 @@ struct Kernel {
     return s;
   }
 
-  /// Makes the kernel's kSmem bytes of dynamic shared memory launchable on the current device (the large tile's
-  /// 136 KB need the opt-in): dynamic_shared_memory_fits, which raises the limit once per kernel and device.
+  /// Whether the kernel's kSmem bytes of dynamic shared memory fit a block of the current device, making them
+  /// launchable where they do (the large tile's 136 KB need the opt-in: sm_80 allows 163 KB, sm_90 227, but sm_86,
+  /// sm_89 and sm_120, the RTX cards, 99): dynamic_shared_memory_fits, which raises the limit once per kernel and
+  /// device.
+  static bool fits() {
+    return ::mixtape::cuda::dynamic_shared_memory_fits(fn, kSmem, ::mixtape::cuda::current_device());
+  }
+
+  /// fits(), or an error naming the kernel and the device.
   static void prepare() {
-    const int device = ::mixtape::cuda::current_device();
-    MT_CHECK(::mixtape::cuda::dynamic_shared_memory_fits(fn, kSmem, device), "gemm: ", name(), " needs ", kSmem,
-             " bytes of shared memory a block, more than cuda:", device, " allows");
+    MT_CHECK(fits(), "gemm: ", name(), " needs ", kSmem, " bytes of shared memory a block, more than cuda:",
+             ::mixtape::cuda::current_device(), " allows");
   }
 
   /// kSplitK: launched as clusters of `split` (2..8) blocks along x that share each tile (sm_90 and newer);
@@ -531,6 +537,17 @@ bool split_k_runs(bool trans_a, bool trans_b, int split) {
                  : Kernel<T, SmallTile<T>, false, false, false, true>::clusters_run(split);
 }
 
+/// Whether the large tile of this layout fits a block's shared memory on the current device (Kernel::fits).
+template <class T>
+bool large_tile_fits(bool trans_a, bool trans_b) {
+  if (trans_a) {
+    return trans_b ? Kernel<T, LargeTile<T>, true, true, true>::fits()
+                   : Kernel<T, LargeTile<T>, true, false, true>::fits();
+  }
+  return trans_b ? Kernel<T, LargeTile<T>, false, true, true>::fits()
+                 : Kernel<T, LargeTile<T>, false, false, true>::fits();
+}
+
 /// Runs one problem of operand type T with the large (16-byte aligned operands only) or the small tile, the
 /// small one as clusters of `split` blocks splitting K when split > 1 (2, 4 or 8, where split_k_runs).
 template <class T>
@@ -570,6 +587,7 @@ std::vector<GemmKernelInfo> kernel_infos() {
 #define MT_GEMM_INSTANTIATE(T)                                                      \
   template void launch<T>(GemmParams p, bool large, int split, cudaStream_t stream); \
   template bool split_k_runs<T>(bool trans_a, bool trans_b, int split);             \
+  template bool large_tile_fits<T>(bool trans_a, bool trans_b);                     \
   template std::vector<GemmKernelInfo> kernel_infos<T>();
 
 extern template void launch<__half>(GemmParams, bool, int, cudaStream_t);
@@ -578,6 +596,9 @@ extern template void launch<float>(GemmParams, bool, int, cudaStream_t);
 extern template bool split_k_runs<__half>(bool, bool, int);
 extern template bool split_k_runs<__nv_bfloat16>(bool, bool, int);
 extern template bool split_k_runs<float>(bool, bool, int);
+extern template bool large_tile_fits<__half>(bool, bool);
+extern template bool large_tile_fits<__nv_bfloat16>(bool, bool);
+extern template bool large_tile_fits<float>(bool, bool);
 extern template std::vector<GemmKernelInfo> kernel_infos<__half>();
 extern template std::vector<GemmKernelInfo> kernel_infos<__nv_bfloat16>();
 extern template std::vector<GemmKernelInfo> kernel_infos<float>();
