@@ -34,7 +34,11 @@
 # 788 s held. What it left: racecheck of test_ops, test_training, test_cuda_runtime, test_nn, test_inspect,
 # test_cuda_allocator and test_cuda_mlp, and a profile. Since then a3cb7d4 (host code) takes four of the five
 # cudaGetDevice a launch asked: the bench step's bench_gpu_launch "add, no grad" row says what that saved (1.90 µs
-# over the bare launch in the seventh run, ~1.5 predicted). Calls for a 900 s lease (each within seconds of the last):
+# over the bare launch in the seventh run, ~1.5 predicted). e50dc2f and df7e893 (host code) changed what every
+# gpu suite goes through: the runtime's probe now reads each device's compute capability (the gpu suites must run,
+# not skip "CUDA is unavailable": the test step counts skipped units) and the GEMM asks whether its large tile fits
+# a block before choosing it (test_cuda_gemm's forced-large cases must still run the large tile on an H100/H200).
+# Calls for a 900 s lease (each within seconds of the last):
 #   cp ../shared/data/mnist/*.gz data/mnist/    # once, ignored; carry .deb and data/mnist
 #   BUDGET_S=330 TEST_TIMEOUT=120 MNIST_ARGS="--seeds 0,1,2 --conv-column-limit-mib 0 --tf32" \
 #     bash bench/gpu_session.sh build test bench mnist                                      (timeout_s 350)
