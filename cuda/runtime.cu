@@ -97,14 +97,21 @@ void require_available(const char* op) {
   MT_CHECK(probe().usable > 0, op, ": CUDA is unavailable (", unavailable_reason(), ")");
 }
 
-void require_device(int device, const char* op) {
-  require_available(op);
-  MT_CHECK(device >= 0 && device < probe().count, op, ": CUDA device index ", device, " is out of range (",
-           probe().count, " device", probe().count == 1 ? "" : "s", " present)");
-  MT_CHECK(probe().unusable[device].empty(), op, ": ", detail::unusable_reason(device));
+/// Why mixtape's kernels cannot run on visible device `device`, or empty when they can.
+std::string unusable_reason(int device) {
+  const Probe& p = probe();
+  if (device < 0 || device >= p.count || p.unusable[device].empty()) return {};
+  return p.unusable[device] + "; " + detail::capability_needed(kBuiltArchs);
 }
 
 }  // namespace
+
+void detail::require_device(int device, const char* op) {
+  require_available(op);
+  MT_CHECK(device >= 0 && device < probe().count, op, ": CUDA device index ", device, " is out of range (",
+           probe().count, " device", probe().count == 1 ? "" : "s", " present)");
+  MT_CHECK(probe().unusable[device].empty(), op, ": ", unusable_reason(device));
+}
 
 bool is_available() noexcept { return probe().usable > 0; }
 
@@ -133,14 +140,8 @@ std::string unavailable_reason() {
   }
 }
 
-std::string detail::unusable_reason(int device) {
-  const Probe& p = probe();
-  if (device < 0 || device >= p.count || p.unusable[device].empty()) return {};
-  return p.unusable[device] + "; " + capability_needed(kBuiltArchs);
-}
-
 DeviceProperties device_properties(int device) {
-  require_device(device, "cuda::device_properties");
+  detail::require_device(device, "cuda::device_properties");
   cudaDeviceProp p{};
   MT_CUDA_CHECK(cudaGetDeviceProperties(&p, device), "cuda::device_properties(", device, ")");
   DeviceProperties out;
@@ -164,7 +165,7 @@ void synchronize() {
 }
 
 void set_device(int device) {
-  require_device(device, "cuda::set_device");
+  detail::require_device(device, "cuda::set_device");
   MT_CUDA_CHECK(cudaSetDevice(device), "cuda::set_device(", device, ")");
   detail::guarded_device() = -1;  // a live guard's device is no longer current: let CUDA say
 }
@@ -408,10 +409,10 @@ class CudaMemory final : public DeviceMemory {
   void fill(const Tensor& dst, double value) override { fill_cuda(dst, value); }
 
   int device_count() const noexcept override { return probe().count; }
-  std::string unusable_reason(int device) const override { return detail::unusable_reason(device); }
+  std::string unusable_reason(int device) const override { return cuda::unusable_reason(device); }
 
   void synchronize(int device) override {
-    require_device(device, "cuda synchronize");
+    detail::require_device(device, "cuda synchronize");
     DeviceGuard guard(device);
     detail::refuse_in_capture("a device synchronize (a host wait)");
     detail::count_synchronization();

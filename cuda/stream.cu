@@ -10,7 +10,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,10 +34,7 @@ int resolve_device(int device, const char* op) {
   MT_CHECK(is_available(), op, ": CUDA is unavailable (", unavailable_reason(), ")");
   if (device < 0) device = detail::guarded_device();
   if (device < 0) MT_CUDA_CHECK(cudaGetDevice(&device), op, ": querying the current device");
-  MT_CHECK(device < device_count(), op, ": CUDA device index ", device, " is out of range (", device_count(),
-           " device", device_count() == 1 ? "" : "s", " present)");
-  const std::string why = detail::unusable_reason(device);  // empty, without allocating, where the kernels run
-  MT_CHECK(why.empty(), op, ": ", why);
+  detail::require_device(device, op);
   return device;
 }
 

@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -89,9 +88,10 @@ int multiprocessor_count(int device);
 /// The major compute capability of `device` (9 on an H100), queried once per device.
 int compute_capability_major(int device);
 namespace detail {
-/// Why mixtape's kernels cannot run on visible device `device` (its compute capability is below every architecture
-/// built: cuda/capability.h), or empty when they can; the runtime's probe reads every device's once per process.
-std::string unusable_reason(int device);
+/// Throws mixtape::Error naming `op` unless `device` is a visible device mixtape's kernels run on (its compute
+/// capability at least the lowest architecture built: cuda/capability.h; the runtime's probe reads every device's
+/// once per process).
+void require_device(int device, const char* op);
 }  // namespace detail
 /// Bytes of shared memory a block of `device` may use after opting in (227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on
 /// sm_86/sm_89), queried once per device.
